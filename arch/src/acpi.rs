@@ -1,0 +1,1 @@
+//! ACPI discovery of the HPET and the PM timer (in progress).

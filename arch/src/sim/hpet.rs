@@ -1,0 +1,125 @@
+//! Simulated HPET (IA-PC HPET 1.0a registers that clock code uses).
+
+use super::SimCtx;
+
+/// HPET parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HpetConfig {
+    /// Physical base of the 1 KiB register block.
+    pub base: u64,
+    /// Counter period in femtoseconds (capabilities bits 63:32).
+    pub period_fs: u32,
+    /// COUNT_SIZE_CAP: 64-bit main counter.
+    pub counter_64bit: bool,
+    /// Fault: the counter never advances, even when enabled.
+    pub stuck: bool,
+}
+
+impl HpetConfig {
+    /// QEMU's: 100 MHz (10,000,000 fs), 64-bit, at 0xFED00000.
+    pub fn qemu() -> Self {
+        HpetConfig {
+            base: 0xFED0_0000,
+            period_fs: 10_000_000,
+            counter_64bit: true,
+            stuck: false,
+        }
+    }
+    /// The classic 14.31818 MHz (69,841,279 fs), 64-bit.
+    pub fn classic() -> Self {
+        HpetConfig {
+            period_fs: 69_841_279,
+            ..Self::qemu()
+        }
+    }
+}
+
+/// The simulated HPET.
+#[derive(Debug)]
+pub struct Hpet {
+    config: HpetConfig,
+    enabled: bool,
+    /// Counter value when last halted / written.
+    counter_base: u64,
+    /// Machine ns when it was last enabled.
+    enabled_at_ns: u64,
+    config_reg: u64,
+}
+
+impl Hpet {
+    /// An HPET per `config`, halted at counter 0.
+    pub fn new(config: HpetConfig) -> Self {
+        Hpet {
+            config,
+            enabled: false,
+            counter_base: 0,
+            enabled_at_ns: 0,
+            config_reg: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HpetConfig {
+        &self.config
+    }
+
+    /// Main counter value now (full 64-bit internal value).
+    pub fn counter(&self, ctx: &SimCtx<'_>) -> u64 {
+        if !self.enabled || self.config.stuck {
+            return self.counter_base;
+        }
+        let ticks = (ctx.now_ns.saturating_sub(self.enabled_at_ns) as u128 * 1_000_000
+            / self.config.period_fs.max(1) as u128) as u64;
+        let v = self.counter_base.wrapping_add(ticks);
+        if self.config.counter_64bit {
+            v
+        } else {
+            v & 0xFFFF_FFFF
+        }
+    }
+
+    fn capabilities(&self) -> u64 {
+        (self.config.period_fs as u64) << 32
+            | 0x8086 << 16
+            | 1 << 15
+            | (self.config.counter_64bit as u64) << 13
+            | 2 << 8
+            | 1
+    }
+
+    pub(super) fn mmio_read(&mut self, ctx: &SimCtx<'_>, addr: u64, size: usize) -> Option<u64> {
+        let off = addr.checked_sub(self.config.base)?;
+        if off >= 1024 {
+            return None;
+        }
+        let reg = off & !7;
+        let full = match reg {
+            0x000 => self.capabilities(),
+            0x010 => self.config_reg,
+            0x0F0 => self.counter(ctx),
+            _ => 0,
+        };
+        let shifted = full >> ((off & 7) * 8);
+        Some(if size == 8 { shifted } else { shifted & 0xFFFF_FFFF })
+    }
+
+    pub(super) fn mmio_write(&mut self, ctx: &SimCtx<'_>, addr: u64, size: usize, value: u64) {
+        let Some(off) = addr.checked_sub(self.config.base) else { return };
+        match (off, size) {
+            (0x010, _) => {
+                let enable = value & 1 != 0;
+                if enable && !self.enabled {
+                    self.enabled_at_ns = ctx.now_ns;
+                } else if !enable && self.enabled {
+                    self.counter_base = self.counter(ctx);
+                }
+                self.enabled = enable;
+                self.config_reg = value & 3;
+            }
+            (0x0F0, _) if !self.enabled => {
+                self.counter_base = if size == 8 { value } else { value & 0xFFFF_FFFF };
+            }
+            _ => {}
+        }
+    }
+}

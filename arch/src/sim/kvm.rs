@@ -1,0 +1,197 @@
+//! Simulated KVM host: pvclock areas and the wall clock.
+
+use super::SimCtx;
+use crate::paravirt::{PvclockVcpuTimeInfo, PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT};
+use std::sync::atomic::Ordering::{Release, SeqCst};
+use std::vec::Vec;
+
+const MSR_WALL_OLD: u32 = 0x11;
+const MSR_SYSTEM_OLD: u32 = 0x12;
+const MSR_WALL_NEW: u32 = 0x4b56_4d00;
+const MSR_SYSTEM_NEW: u32 = 0x4b56_4d01;
+
+/// How the simulated KVM host presents itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvmConfig {
+    /// CPUID base of the KVM range (0x40000100 behind Hyper-V enlightenments).
+    pub cpuid_base: u32,
+    /// Highest leaf offset reported at the base (EAX - base).
+    pub cpuid_max_offset: u32,
+    /// CLOCKSOURCE (old MSRs 0x11/0x12).
+    pub clocksource: bool,
+    /// CLOCKSOURCE2 (new MSRs).
+    pub clocksource2: bool,
+    /// CPUID CLOCKSOURCE_STABLE_BIT (permission to trust the flag).
+    pub stable_bit: bool,
+    /// Whether the host sets PVCLOCK_TSC_STABLE_BIT in the areas.
+    pub stable_flag: bool,
+    /// Wall-clock seconds at machine time 0.
+    pub wall_epoch_sec: u32,
+}
+
+impl Default for KvmConfig {
+    fn default() -> Self {
+        KvmConfig {
+            cpuid_base: 0x4000_0000,
+            cpuid_max_offset: 1,
+            clocksource: true,
+            clocksource2: true,
+            stable_bit: true,
+            stable_flag: true,
+            wall_epoch_sec: 1_790_000_000,
+        }
+    }
+}
+
+impl KvmConfig {
+    /// CPUID base+1 EAX for this config.
+    pub fn feature_eax(&self) -> u32 {
+        (self.clocksource as u32) | (self.clocksource2 as u32) << 3 | (self.stable_bit as u32) << 24
+    }
+}
+
+/// Linux's `kvm_get_time_scale(NSEC_PER_SEC, tsc_hz)`: (mul, shift) with
+/// `ns = ((tsc << shift or >> -shift) * mul) >> 32`.
+pub fn time_scale(tsc_hz: u64) -> (u32, i8) {
+    let scaled: u64 = 1_000_000_000;
+    let mut tps64 = tsc_hz.max(1);
+    let mut shift: i8 = 0;
+    while tps64 > scaled * 2 || tps64 & 0xffff_ffff_0000_0000 != 0 {
+        tps64 >>= 1;
+        shift -= 1;
+    }
+    let mut tps32 = tps64 as u32;
+    let mut scaled64 = scaled;
+    while tps32 as u64 <= scaled64 || scaled64 & 0xffff_ffff_0000_0000 != 0 {
+        if scaled64 & 0xffff_ffff_0000_0000 != 0 || tps32 & 0x8000_0000 != 0 {
+            scaled64 >>= 1;
+        } else {
+            tps32 <<= 1;
+            shift += 1;
+        }
+    }
+    (((scaled64 << 32) / tps32 as u64) as u32, shift)
+}
+
+/// The simulated KVM host.
+#[derive(Debug)]
+pub struct KvmHost {
+    config: KvmConfig,
+    /// Per-CPU registered system-time area (guest-physical address).
+    registered: Vec<Option<u64>>,
+    /// Last value written to the system-time MSR, per CPU.
+    msr_value: Vec<u64>,
+    /// Pending guest-stopped notification per CPU.
+    stopped: Vec<bool>,
+}
+
+impl KvmHost {
+    /// A host per `config`.
+    pub fn new(config: KvmConfig) -> Self {
+        KvmHost {
+            config,
+            registered: Vec::new(),
+            msr_value: Vec::new(),
+            stopped: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &KvmConfig {
+        &self.config
+    }
+
+    fn grow(&mut self, cpu: usize) {
+        if self.registered.len() <= cpu {
+            self.registered.resize(cpu + 1, None);
+            self.msr_value.resize(cpu + 1, 0);
+            self.stopped.resize(cpu + 1, false);
+        }
+    }
+
+    /// The area registered by `cpu`, if any.
+    pub fn area(&self, ctx: &SimCtx<'_>, cpu: usize) -> Option<&'static PvclockVcpuTimeInfo> {
+        let phys = (*self.registered.get(cpu)?)?;
+        ctx.memory.pvclock(phys)
+    }
+
+    /// Rewrites `cpu`'s area from the current machine time (what KVM does on
+    /// a clock update request), using the seqlock protocol.
+    pub fn update(&mut self, ctx: &SimCtx<'_>, cpu: usize) {
+        let Some(area) = self.area(ctx, cpu) else { return };
+        let (mul, shift) = time_scale(ctx.tsc_hz);
+        let v = area.version.load(SeqCst);
+        area.version.store(v.wrapping_add(1) | 1, SeqCst);
+        area.tsc_timestamp.store(ctx.tsc(cpu), Release);
+        area.system_time.store(ctx.now_ns, Release);
+        area.tsc_to_system_mul.store(mul, Release);
+        area.tsc_shift.store(shift, Release);
+        let mut flags = if self.config.stable_flag { PVCLOCK_TSC_STABLE_BIT } else { 0 };
+        if self.stopped.get(cpu).copied().unwrap_or(false) {
+            flags |= PVCLOCK_GUEST_STOPPED;
+            self.stopped[cpu] = false;
+        }
+        area.flags.store(flags, Release);
+        area.version.store((v.wrapping_add(1) | 1).wrapping_add(1), SeqCst);
+    }
+
+    /// Updates every registered area.
+    pub fn update_all(&mut self, ctx: &SimCtx<'_>) {
+        for cpu in 0..self.registered.len() {
+            self.update(ctx, cpu);
+        }
+    }
+
+    /// Marks every vCPU as stopped (host paused the guest); the flag appears
+    /// at each area's next update.
+    pub fn pause_guest(&mut self) {
+        for s in &mut self.stopped {
+            *s = true;
+        }
+    }
+
+    pub(super) fn rdmsr(&mut self, ctx: &SimCtx<'_>, msr: u32) -> Option<Option<u64>> {
+        match msr {
+            MSR_SYSTEM_NEW if self.config.clocksource2 => {}
+            MSR_SYSTEM_OLD if self.config.clocksource => {}
+            MSR_WALL_NEW | MSR_SYSTEM_NEW | MSR_WALL_OLD | MSR_SYSTEM_OLD => return Some(None),
+            _ => return None,
+        }
+        self.grow(ctx.cpu);
+        Some(Some(self.msr_value[ctx.cpu]))
+    }
+
+    pub(super) fn wrmsr(&mut self, ctx: &SimCtx<'_>, msr: u32, value: u64) -> Option<Result<(), ()>> {
+        let allowed = match msr {
+            MSR_SYSTEM_NEW | MSR_WALL_NEW => self.config.clocksource2,
+            MSR_SYSTEM_OLD | MSR_WALL_OLD => self.config.clocksource,
+            _ => return None,
+        };
+        if !allowed {
+            return Some(Err(()));
+        }
+        self.grow(ctx.cpu);
+        match msr {
+            MSR_SYSTEM_NEW | MSR_SYSTEM_OLD => {
+                self.msr_value[ctx.cpu] = value;
+                if value & 1 != 0 {
+                    self.registered[ctx.cpu] = Some(value & !1);
+                    self.update(ctx, ctx.cpu);
+                } else {
+                    self.registered[ctx.cpu] = None;
+                }
+            }
+            _ => {
+                if let Some(w) = ctx.memory.wall_clock(value) {
+                    let v = w.version.load(SeqCst);
+                    w.version.store(v.wrapping_add(1) | 1, SeqCst);
+                    let boot_ns = self.config.wall_epoch_sec as u64 * 1_000_000_000;
+                    w.sec.store((boot_ns / 1_000_000_000) as u32, Release);
+                    w.nsec.store((boot_ns % 1_000_000_000) as u32, Release);
+                    w.version.store((v.wrapping_add(1) | 1).wrapping_add(1), SeqCst);
+                }
+            }
+        }
+        Some(Ok(()))
+    }
+}

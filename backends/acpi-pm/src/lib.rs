@@ -1,0 +1,2 @@
+//! clockhal acpi-pm backend (in progress).
+#![no_std]

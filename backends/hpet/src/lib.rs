@@ -1,0 +1,2 @@
+//! clockhal hpet backend (in progress).
+#![no_std]

@@ -1,0 +1,2 @@
+//! clockhal hyperv backend (in progress).
+#![no_std]

@@ -1,0 +1,2 @@
+//! clockhal kvmclock backend (in progress).
+#![no_std]

@@ -1,0 +1,2 @@
+//! clockhal tsc backend (in progress).
+#![no_std]

@@ -1,0 +1,150 @@
+//! Just enough ACPI to find tables and the CPUs: RSDP -> XSDT/RSDT -> table,
+//! and the local APIC entries of the MADT ("APIC").
+//!
+//! Tables and structures are checksum-verified; anything malformed or above
+//! 4 GiB (not identity mapped) is treated as absent. Kernels may use
+//! [`find_table`] for their own tables (HPET, FACP, ...).
+
+use crate::phys;
+
+/// Length of an ACPI table header (signature, length, ..., creator revision).
+pub const HEADER_LEN: u64 = 36;
+
+fn checksum_ok(paddr: u64, len: u64) -> bool {
+    if !phys::is_mapped(paddr, len) {
+        return false;
+    }
+    // SAFETY: the range is identity-mapped; firmware tables are plain memory.
+    let bytes = unsafe { phys::bytes(paddr, len as usize) };
+    bytes.iter().fold(0u8, |sum, &b| sum.wrapping_add(b)) == 0
+}
+
+/// Whether `paddr` holds a valid RSDP ("RSD PTR ", checksummed).
+pub fn rsdp_is_valid(paddr: u64) -> bool {
+    if !phys::is_mapped(paddr, 36) {
+        return false;
+    }
+    // SAFETY: 36 bytes at paddr are mapped (checked above).
+    let signature: [u8; 8] = unsafe { phys::read(paddr) };
+    if &signature != b"RSD PTR " || !checksum_ok(paddr, 20) {
+        return false;
+    }
+    // SAFETY: as above; offset 15 is the revision byte.
+    let revision: u8 = unsafe { phys::read(paddr + 15) };
+    revision < 2 || checksum_ok(paddr, 36)
+}
+
+/// Looks for the RSDP where BIOSes put it: the first KiB of the EBDA, then
+/// 0xE0000..0xFFFFF on 16-byte boundaries. For when PVH gives none.
+pub fn find_rsdp_in_bios() -> Option<u64> {
+    // SAFETY: 0x40E (BDA: EBDA segment) is in identity-mapped low memory.
+    let ebda = u64::from(unsafe { phys::read::<u16>(0x40E) }) << 4;
+    let ebda_range = if (0x8_0000..0xA_0000).contains(&ebda) { ebda..ebda + 1024 } else { 0..0 };
+    ebda_range.chain(0xE_0000..0x10_0000).step_by(16).find(|&p| rsdp_is_valid(p))
+}
+
+/// Physical address of the first ACPI table with `signature` (e.g. `*b"HPET"`),
+/// found through the XSDT (ACPI 2.0+) or the RSDT.
+pub fn find_table(rsdp_paddr: u64, signature: [u8; 4]) -> Option<u64> {
+    tables(rsdp_paddr)?.find(|&table| {
+        // SAFETY: `tables` only yields checksum-verified, mapped tables.
+        unsafe { phys::read::<[u8; 4]>(table) } == signature
+    })
+}
+
+/// Iterator over the (verified) tables listed by the root table.
+fn tables(rsdp_paddr: u64) -> Option<impl Iterator<Item = u64>> {
+    if !rsdp_is_valid(rsdp_paddr) {
+        return None;
+    }
+    // SAFETY: the RSDP was validated (36 mapped bytes).
+    let revision: u8 = unsafe { phys::read(rsdp_paddr + 15) };
+    // SAFETY: as above; offset 24 = XSDT address (revision >= 2).
+    let xsdt: u64 = if revision >= 2 { unsafe { phys::read(rsdp_paddr + 24) } } else { 0 };
+    // SAFETY: as above; offset 16 = RSDT address.
+    let rsdt = u64::from(unsafe { phys::read::<u32>(rsdp_paddr + 16) });
+    let (root, entry_len) = if xsdt != 0 && table_is_valid(xsdt) { (xsdt, 8) } else { (rsdt, 4) };
+    if !table_is_valid(root) {
+        return None;
+    }
+    // SAFETY: the root table is validated; its length field is at offset 4.
+    let len = u64::from(unsafe { phys::read::<u32>(root + 4) });
+    let count = (len - HEADER_LEN) / entry_len;
+    Some((0..count).filter_map(move |i| {
+        let entry = root + HEADER_LEN + i * entry_len;
+        let table = if entry_len == 8 {
+            // SAFETY: the entry lies within the validated root table.
+            unsafe { phys::read::<u64>(entry) }
+        } else {
+            // SAFETY: as above.
+            u64::from(unsafe { phys::read::<u32>(entry) })
+        };
+        table_is_valid(table).then_some(table)
+    }))
+}
+
+/// Whether `paddr` holds a mapped, sanely sized, checksummed table.
+fn table_is_valid(paddr: u64) -> bool {
+    if !phys::is_mapped(paddr, HEADER_LEN) {
+        return false;
+    }
+    // SAFETY: the header is mapped (checked above).
+    let len = u64::from(unsafe { phys::read::<u32>(paddr + 4) });
+    (HEADER_LEN..=1 << 20).contains(&len) && checksum_ok(paddr, len)
+}
+
+/// One processor from the MADT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalApic {
+    /// ACPI processor UID.
+    pub processor_uid: u32,
+    /// Local APIC ID (x2APIC ID for MADT type 9 entries).
+    pub apic_id: u32,
+}
+
+/// Calls `f` for every enabled (flags bit 0) local APIC in the MADT, in table
+/// order: type 0 (xAPIC) and type 9 (x2APIC) entries. Returns `false` if
+/// there is no valid MADT.
+pub fn for_each_local_apic(rsdp_paddr: u64, mut f: impl FnMut(LocalApic)) -> bool {
+    let Some(madt) = find_table(rsdp_paddr, *b"APIC") else {
+        return false;
+    };
+    // SAFETY: find_table yields validated tables; length at offset 4.
+    let len = u64::from(unsafe { phys::read::<u32>(madt + 4) });
+    // Entries follow the header, the local APIC address (u32) and flags (u32).
+    let mut at = madt + HEADER_LEN + 8;
+    let end = madt + len;
+    while at + 2 <= end {
+        // SAFETY: `at + 2 <= end`: inside the validated table.
+        let [kind, entry_len]: [u8; 2] = unsafe { phys::read(at) };
+        let entry_len = u64::from(entry_len);
+        if entry_len < 2 || at + entry_len > end {
+            break; // malformed: stop rather than read past the table
+        }
+        match (kind, entry_len) {
+            (0, 8..) => {
+                // SAFETY: an 8-byte type-0 entry lies inside the table.
+                let [_, _, uid, apic_id]: [u8; 4] = unsafe { phys::read(at) };
+                // SAFETY: as above; flags at offset 4.
+                let flags: u32 = unsafe { phys::read(at + 4) };
+                if flags & 1 != 0 {
+                    f(LocalApic { processor_uid: u32::from(uid), apic_id: u32::from(apic_id) });
+                }
+            }
+            (9, 16..) => {
+                // SAFETY: a 16-byte type-9 entry lies inside the table.
+                let apic_id: u32 = unsafe { phys::read(at + 4) };
+                // SAFETY: as above.
+                let flags: u32 = unsafe { phys::read(at + 8) };
+                // SAFETY: as above.
+                let uid: u32 = unsafe { phys::read(at + 12) };
+                if flags & 1 != 0 {
+                    f(LocalApic { processor_uid: uid, apic_id });
+                }
+            }
+            _ => {}
+        }
+        at += entry_len;
+    }
+    true
+}

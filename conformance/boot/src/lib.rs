@@ -1,0 +1,117 @@
+//! Boot support for clockhal's QEMU test kernels (`x86_64-unknown-none`).
+//!
+//! The crate turns a `#![no_std] #![no_main]` binary into a kernel that QEMU
+//! boots with `-kernel kernel.elf` through the PVH entry point:
+//!
+//! * PVH note and 32-bit entry, identity map of the low 4 GiB with 2 MiB pages
+//!   (the top GiB uncached for MMIO), GDT, long mode, stack, `.bss` zeroing;
+//! * [`BootInfo`] from the PVH `hvm_start_info` (RSDP, command line, memory map);
+//! * COM1 console with [`print!`]/[`println!`], [`exit_qemu`] through
+//!   `isa-debug-exit`, and a panic handler;
+//! * an IDT for vectors 0..31 whose #GP/#UD handler recovers [`try_rdmsr`] and
+//!   [`try_wrmsr`]; any other exception is reported and fails the run;
+//! * SMP: [`smp::start_aps`] (INIT-SIPI-SIPI for the CPUs in the ACPI MADT),
+//!   per-CPU mailboxes ([`smp::run_on`], [`smp::post`]) and a one-load
+//!   [`smp::current_cpu`].
+//!
+//! A kernel uses it like this (see the README for `build.rs`):
+//!
+//! ```ignore
+//! #![no_std]
+//! #![no_main]
+//! clockhal_boot::entry!(kmain);
+//!
+//! fn kmain(info: &clockhal_boot::BootInfo) -> ! {
+//!     clockhal_boot::println!("rsdp = {:?}", info.rsdp_paddr);
+//!     clockhal_boot::exit_qemu(clockhal_boot::EXIT_SUCCESS)
+//! }
+//! ```
+//!
+//! Never enable SSE or XSAVE: under the project's KVM host that kills the guest.
+//! The target is soft-float and nothing here touches CR4.OSFXSR/OSXSAVE.
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod acpi;
+mod cpu;
+mod entry;
+mod exit;
+mod gdt;
+mod idt;
+mod lapic;
+mod msr;
+mod paging;
+mod panic;
+mod percpu;
+mod phys;
+pub mod serial;
+pub mod smp;
+mod start_info;
+mod timeout;
+
+pub use exit::{exit_qemu, EXIT_FAILURE, EXIT_SUCCESS};
+pub use msr::{try_rdmsr, try_wrmsr};
+pub use panic::panic;
+pub use smp::current_cpu;
+pub use start_info::{BootInfo, MemoryRegion, RsdpSource};
+
+/// Declares the kernel's entry function and (by default) its panic handler.
+///
+/// `entry!(kmain)` requires `fn kmain(info: &clockhal_boot::BootInfo) -> !`.
+/// It runs on CPU 0 after the console, IDT and [`BootInfo`] are ready; the
+/// other CPUs are only started by [`smp::start_aps`].
+///
+/// The macro also defines the crate's `#[panic_handler]`, which calls
+/// [`panic()`](crate::panic()) (print, then exit QEMU with [`EXIT_FAILURE`]).
+/// Use `entry!(kmain, no_panic_handler)` to write your own handler instead.
+#[macro_export]
+macro_rules! entry {
+    ($kmain:path) => {
+        $crate::entry!($kmain, no_panic_handler);
+
+        #[panic_handler]
+        fn __clockhal_boot_panic_handler(info: &::core::panic::PanicInfo<'_>) -> ! {
+            $crate::panic(info)
+        }
+    };
+    ($kmain:path, no_panic_handler) => {
+        #[doc(hidden)]
+        #[unsafe(no_mangle)]
+        pub fn __clockhal_boot_kmain(info: &'static $crate::BootInfo) -> ! {
+            // Type-checks the user's function against the documented signature.
+            let kmain: fn(&'static $crate::BootInfo) -> ! = $kmain;
+            kmain(info)
+        }
+    };
+}
+
+/// The [`BootInfo`] handed to the kernel's entry function.
+///
+/// Returns `None` only before the entry function runs.
+pub fn boot_info() -> Option<&'static BootInfo> {
+    start_info::get()
+}
+
+extern "Rust" {
+    /// Defined by [`entry!`] in the kernel binary.
+    fn __clockhal_boot_kmain(info: &'static BootInfo) -> !;
+}
+
+/// First Rust code on CPU 0, called by the entry assembly in long mode with
+/// the PVH `hvm_start_info` physical address (EBX at entry).
+#[unsafe(no_mangle)]
+extern "C" fn clockhal_boot_rust_start(start_info_paddr: u64) -> ! {
+    // GS must hold this CPU's data before anything calls current_cpu()
+    // (the console lock does).
+    percpu::init_this_cpu(0, cpu::initial_apic_id());
+    serial::init();
+    idt::init();
+    idt::load();
+    msr::set_tsc_aux(0);
+    let info = start_info::init(start_info_paddr);
+    // SAFETY: `entry!` defines this symbol with exactly this signature; it is
+    // called once, on the boot CPU, with the initialized 'static BootInfo.
+    unsafe { __clockhal_boot_kmain(info) }
+}

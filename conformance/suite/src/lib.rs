@@ -1,0 +1,2 @@
+//! Conformance suite (in progress).
+#![no_std]

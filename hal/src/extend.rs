@@ -1,0 +1,225 @@
+//! Extending an N-bit hardware counter to a 64-bit one.
+
+use crate::cell::{Cell64, DefaultCell};
+
+/// Widens a free-running N-bit counter (1..=64 bits) to 64 bits.
+///
+/// Keeps the last extended value; each raw reading is placed at most half a
+/// wrap period after it.
+///
+/// **Read-interval rule:** successive reads (by any CPU) must be less than
+/// `2^(N-1)` ticks apart, and a raw reading must be passed to
+/// [`extend`](Self::extend) within that same bound of being taken (do not
+/// hold one across a long preemption) ([`max_read_interval`](Self::max_read_interval)),
+/// e.g. 2.34 s for a 24-bit ACPI PM timer, 21.4 s for a 32-bit HPET at
+/// 100 MHz. A raw value that lands *behind* the last extended value (another
+/// CPU extended further in the meantime) returns that last value, so results
+/// never go backwards across concurrent readers.
+///
+/// Lock-free where the target has 64-bit atomics, otherwise a
+/// `critical-section` (choose the cell with the `C` parameter).
+///
+/// ```
+/// use clockhal_core::WrapExtender;
+/// let ext: WrapExtender = WrapExtender::new(24, 0xFF_FFF0);
+/// assert_eq!(ext.extend(0xFF_FFF0), 0xFF_FFF0);
+/// assert_eq!(ext.extend(0x10), 0x100_0010); // wrapped once
+/// assert_eq!(ext.extend(0x0F), 0x100_0010); // slightly behind: held
+/// ```
+#[derive(Debug)]
+pub struct WrapExtender<C: Cell64 = DefaultCell> {
+    mask: u64,
+    half: u64,
+    last: C,
+}
+
+impl<C: Cell64> WrapExtender<C> {
+    /// An extender for a `bits`-wide counter (clamped to 1..=64) whose first
+    /// reading is `initial_raw`.
+    pub fn new(bits: u32, initial_raw: u64) -> Self {
+        let bits = bits.clamp(1, 64);
+        let mask = if bits == 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        };
+        WrapExtender {
+            mask,
+            half: 1u64 << (bits - 1),
+            last: C::new(initial_raw & mask),
+        }
+    }
+
+    /// Counter width in bits.
+    pub fn bits(&self) -> u32 {
+        self.mask.count_ones()
+    }
+
+    /// The longest allowed interval between reads, in ticks (`2^(N-1)`).
+    pub fn max_read_interval(&self) -> u64 {
+        self.half
+    }
+
+    /// Places `raw` (a fresh N-bit reading) on the 64-bit timeline.
+    #[inline]
+    pub fn extend(&self, raw: u64) -> u64 {
+        let raw = raw & self.mask;
+        let (mask, half) = (self.mask, self.half);
+        self.last.update(|last| {
+            let delta = raw.wrapping_sub(last) & mask;
+            if delta == 0 || delta > half {
+                None // no progress, or behind the last value: hold
+            } else {
+                Some(last.wrapping_add(delta))
+            }
+        })
+    }
+
+    /// The last extended value, without reading hardware.
+    pub fn last(&self) -> u64 {
+        self.last.get()
+    }
+
+    /// Restarts the timeline at `raw` (e.g. after resume, when the hardware
+    /// counter was reset and any interval may have passed).
+    pub fn reset(&self, raw: u64) {
+        self.last.set(raw & self.mask)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::CriticalSectionCell;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::vec::Vec;
+
+    /// Deterministic xorshift for irregular intervals.
+    fn rng(seed: &mut u64) -> u64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    }
+
+    fn thousands_of_wraps<C: Cell64>() {
+        for bits in [1u32, 2, 3, 8, 24, 32, 48, 63, 64] {
+            let mask = if bits == 64 { u64::MAX } else { (1 << bits) - 1 };
+            let half = 1u64 << (bits - 1);
+            let mut truth: u64 = 0x1234_5678_9abc & mask;
+            let ext: WrapExtender<C> = WrapExtender::new(bits, truth);
+            let mut seed = 0x9e37_79b9_7f4a_7c15 ^ bits as u64;
+            let mut wraps = 0u64;
+            for _ in 0..200_000 {
+                // Rule-abiding: step in 0..=half (half included is still legal).
+                let step = rng(&mut seed) % (half.min(1 << 40) + 1);
+                let before = truth;
+                truth = truth.wrapping_add(step);
+                if (truth & mask) < (before & mask) {
+                    wraps += 1;
+                }
+                assert_eq!(ext.extend(truth & mask), truth, "bits={bits}");
+            }
+            if bits <= 32 {
+                assert!(wraps > 1000, "bits={bits} only {wraps} wraps");
+            }
+        }
+    }
+
+    #[test]
+    fn thousands_of_wraps_atomic() {
+        thousands_of_wraps::<crate::cell::DefaultCell>();
+    }
+
+    #[test]
+    fn thousands_of_wraps_critical_section() {
+        thousands_of_wraps::<CriticalSectionCell>();
+    }
+
+    fn concurrent<C: Cell64 + Send + 'static>() {
+        // A 16-bit "hardware" counter advanced by a writer; four readers
+        // extend it and check they stay between the truth before and after.
+        // The writer honours the read-interval rule as a real system must:
+        // no raw reading may be extended more than half a wrap after it was
+        // taken, so it never runs more than a quarter wrap ahead of the
+        // oldest reading still in flight (readers pin it in `inflight`).
+        const BITS: u32 = 16;
+        const READERS: usize = 4;
+        let truth = Arc::new(AtomicU64::new(5));
+        let ext = Arc::new(WrapExtender::<C>::new(BITS, 5));
+        let stop = Arc::new(AtomicBool::new(false));
+        let inflight: Arc<Vec<AtomicU64>> =
+            Arc::new((0..READERS).map(|_| AtomicU64::new(u64::MAX)).collect());
+        let writer = {
+            let (truth, stop, ext, inflight) =
+                (truth.clone(), stop.clone(), ext.clone(), inflight.clone());
+            std::thread::spawn(move || {
+                let mut seed = 77u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let t = truth.load(Ordering::SeqCst);
+                    let oldest = inflight
+                        .iter()
+                        .map(|p| p.load(Ordering::SeqCst))
+                        .min()
+                        .unwrap()
+                        .min(ext.last());
+                    if t.saturating_sub(oldest) < 1 << (BITS - 2) {
+                        truth.fetch_add(rng(&mut seed) % 1024 + 1, Ordering::SeqCst);
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        let readers: Vec<_> = (0..READERS)
+            .map(|id| {
+                let (truth, ext, inflight) = (truth.clone(), ext.clone(), inflight.clone());
+                std::thread::spawn(move || {
+                    let mut prev = 0;
+                    // Run until the counter has wrapped several times.
+                    for _ in 0..5_000_000 {
+                        if truth.load(Ordering::SeqCst) > 8 << BITS {
+                            break;
+                        }
+                        inflight[id].store(truth.load(Ordering::SeqCst), Ordering::SeqCst);
+                        let raw = truth.load(Ordering::SeqCst);
+                        let v = ext.extend(raw & 0xFFFF);
+                        inflight[id].store(u64::MAX, Ordering::SeqCst);
+                        let after = truth.load(Ordering::SeqCst);
+                        assert!(v >= raw && v <= after, "raw={raw} v={v} after={after}");
+                        assert!(v >= prev);
+                        prev = v;
+                    }
+                })
+            })
+            .collect();
+        for r in readers {
+            r.join().unwrap();
+        }
+        stop.store(true, Ordering::SeqCst);
+        writer.join().unwrap();
+        assert!(truth.load(Ordering::SeqCst) > 8 << BITS, "counter wrapped too rarely");
+    }
+
+    #[test]
+    fn concurrent_readers_atomic() {
+        concurrent::<crate::cell::DefaultCell>();
+    }
+
+    #[test]
+    fn concurrent_readers_critical_section() {
+        concurrent::<CriticalSectionCell>();
+    }
+
+    #[test]
+    fn behind_is_held_and_reset_restarts() {
+        let e: WrapExtender = WrapExtender::new(8, 250);
+        assert_eq!(e.extend(10), 266);
+        assert_eq!(e.extend(5), 266);
+        e.reset(3);
+        assert_eq!(e.extend(4), 4);
+        assert_eq!(e.max_read_interval(), 128);
+        assert_eq!(e.bits(), 8);
+    }
+}

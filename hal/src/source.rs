@@ -1,0 +1,216 @@
+//! What a clock source is: the [`ClockSource`] trait and its descriptors.
+
+use crate::Frequency;
+use core::fmt;
+
+/// A free-running counter that clockhal can read, scale and rank.
+///
+/// Object safe: an OS keeps the chosen one as `&'static dyn ClockSource`.
+///
+/// Contract for implementors:
+/// - [`read`](Self::read) is infallible once the source is constructed, never
+///   goes backwards on one CPU and never wraps in practice (narrow hardware
+///   counters are extended to 64 bits in software, see
+///   [`WrapExtender`](crate::WrapExtender)).
+/// - [`frequency`](Self::frequency) is the exact rate of `read()`'s ticks.
+/// - [`quality`](Self::quality) and [`stability`](Self::stability) describe
+///   this source *on this machine*, decided at probe time (and possibly
+///   lowered later, e.g. by a watchdog).
+///
+/// ```
+/// use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability};
+/// use core::sync::atomic::{AtomicU64, Ordering};
+///
+/// /// A test clock that advances by one tick per read.
+/// struct Counter(AtomicU64);
+/// impl ClockSource for Counter {
+///     fn name(&self) -> &'static str { "counter" }
+///     fn read(&self) -> u64 { self.0.fetch_add(1, Ordering::Relaxed) }
+///     fn frequency(&self) -> Frequency { Frequency::from_hz(1_000_000).unwrap() }
+///     fn quality(&self) -> Quality { Quality::new(1) }
+///     fn stability(&self) -> Stability { Stability::MONOTONIC_PER_CPU }
+///     fn read_cost(&self) -> ReadCost { ReadCost::NoTrap }
+/// }
+/// let c: &dyn ClockSource = &Counter(AtomicU64::new(0));
+/// assert!(c.read() < c.read());
+/// ```
+pub trait ClockSource: Sync {
+    /// Short stable identifier (`"kvmclock"`, `"hpet"`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The current counter value in ticks of [`frequency`](Self::frequency).
+    fn read(&self) -> u64;
+
+    /// Exact tick rate.
+    fn frequency(&self) -> Frequency;
+
+    /// Rating used by [`select`](crate::select); see [`Quality`] for the bands.
+    fn quality(&self) -> Quality;
+
+    /// Properties that matter for choosing and trusting this source.
+    fn stability(&self) -> Stability;
+
+    /// What one `read()` costs in hypervisor exits.
+    fn read_cost(&self) -> ReadCost;
+
+    /// For software-extended counters: the longest interval, in ticks, that
+    /// may pass between two reads without losing a wrap. `None` when any
+    /// interval is fine.
+    fn max_read_interval(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl<T: ClockSource + ?Sized> ClockSource for &T {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn read(&self) -> u64 {
+        (**self).read()
+    }
+    fn frequency(&self) -> Frequency {
+        (**self).frequency()
+    }
+    fn quality(&self) -> Quality {
+        (**self).quality()
+    }
+    fn stability(&self) -> Stability {
+        (**self).stability()
+    }
+    fn read_cost(&self) -> ReadCost {
+        (**self).read_cost()
+    }
+    fn max_read_interval(&self) -> Option<u64> {
+        (**self).max_read_interval()
+    }
+}
+
+/// A source's rating. Higher is better; `<= 0` is never chosen automatically
+/// (the source stays usable by explicit choice, like FreeBSD's negative
+/// `tc_quality`).
+///
+/// Bands (modelled on Linux's clocksource rating guide, shifted so that the
+/// hypervisor-exit cost and migration safety decide the order):
+///
+/// | band | meaning | clockhal backends |
+/// |---|---|---|
+/// | `..=0` | failed a check or unfit: never auto-selected | broken TSC (-100) |
+/// | 1..=99 | usable only as a last resort | |
+/// | 100..=199 | every read traps, slow | ACPI PM (150 fast, 120 verified) |
+/// | 200..=299 | every read traps, but fine-grained or exact | HPET 250, Hyper-V MSR 280 |
+/// | 300..=399 | no exits, but not migration-safe | TSC 300..=390 |
+/// | 400..=499 | no exits and migration-safe (paravirtual) | kvmclock 400, Hyper-V page 450 |
+/// | 500.. | reserved for an OS's policy override | TSC with a no-migration policy 500 |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Quality(i32);
+
+impl Quality {
+    /// Never selected automatically.
+    pub const UNUSABLE: Quality = Quality(-100);
+
+    /// A rating of `value`.
+    pub const fn new(value: i32) -> Quality {
+        Quality(value)
+    }
+
+    /// The raw number.
+    pub const fn get(self) -> i32 {
+        self.0
+    }
+
+    /// Whether automatic selection may pick this source.
+    pub const fn auto_selectable(self) -> bool {
+        self.0 > 0
+    }
+}
+
+impl fmt::Display for Quality {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+bitflags::bitflags! {
+    /// What a source guarantees on this machine.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct Stability: u32 {
+        /// Consecutive reads on one CPU never go backwards.
+        const MONOTONIC_PER_CPU = 1 << 0;
+        /// Reads on different CPUs are ordered too (a read that happens after
+        /// another, on any CPU, is not smaller).
+        const MONOTONIC_ACROSS_CPUS = 1 << 1;
+        /// The rate does not change with P-/C-states or host frequency.
+        const INVARIANT_RATE = 1 << 2;
+        /// Stays correct across live migration to a host with another rate.
+        const SURVIVES_MIGRATION = 1 << 3;
+        /// Keeps counting while the VM is paused (time jumps at resume).
+        const COUNTS_WHILE_PAUSED = 1 << 4;
+        /// Every read is a hypervisor exit (MMIO, port or MSR).
+        const TRAPS_EVERY_READ = 1 << 5;
+        /// The hardware counter is narrower than 64 bits and extended in
+        /// software: see [`ClockSource::max_read_interval`].
+        const SOFTWARE_EXTENDED = 1 << 6;
+        /// Needs setup on every CPU before reads there are valid.
+        const PER_CPU_SETUP = 1 << 7;
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Stability {
+    fn format(&self, f: defmt::Formatter) {
+        defmt::write!(f, "Stability({=u32:#x})", self.bits())
+    }
+}
+
+impl fmt::Display for Stability {
+    /// Short tags: `mono,smp,inv,migr,paused,trap,ext,percpu`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const TAGS: [(Stability, &str); 8] = [
+            (Stability::MONOTONIC_PER_CPU, "mono"),
+            (Stability::MONOTONIC_ACROSS_CPUS, "smp"),
+            (Stability::INVARIANT_RATE, "inv"),
+            (Stability::SURVIVES_MIGRATION, "migr"),
+            (Stability::COUNTS_WHILE_PAUSED, "paused"),
+            (Stability::TRAPS_EVERY_READ, "trap"),
+            (Stability::SOFTWARE_EXTENDED, "ext"),
+            (Stability::PER_CPU_SETUP, "percpu"),
+        ];
+        let mut first = true;
+        for (flag, tag) in TAGS {
+            if self.contains(flag) {
+                if !first {
+                    f.write_str(",")?;
+                }
+                f.write_str(tag)?;
+                first = false;
+            }
+        }
+        if first {
+            f.write_str("-")?;
+        }
+        Ok(())
+    }
+}
+
+/// Hypervisor exits per read: the dominant cost in a VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ReadCost {
+    /// Memory and `rdtsc` only (TSC, kvmclock, Hyper-V page).
+    NoTrap,
+    /// One exit (HPET MMIO, PM timer port, Hyper-V MSR).
+    OneTrap,
+    /// Several exits (PM timer verified read: three port reads).
+    SeveralTraps,
+}
+
+impl fmt::Display for ReadCost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ReadCost::NoTrap => "no-trap",
+            ReadCost::OneTrap => "one-trap",
+            ReadCost::SeveralTraps => "several-traps",
+        })
+    }
+}
