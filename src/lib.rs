@@ -1,3 +1,195 @@
-//! clockhal facade (see README). Filled in by the facade work.
+//! # clockhal
+//!
+//! The fastest correct clock for a hobby OS or unikernel on x86_64: one
+//! call probes kvmclock, the Hyper-V reference TSC page and MSR, the TSC,
+//! the HPET and the ACPI PM timer, checks each, picks the best, and tells
+//! you why.
+//!
+//! - [`probe`] takes what only the OS knows ([`Platform`]: ACPI tables,
+//!   the HPET mapping, memory to share with the hypervisor, TSC sync
+//!   results, a [`Policy`]) and a [`Hardware`](clockhal_x86::Hardware)
+//!   implementation ([`Native`](clockhal_x86::Native) in a kernel,
+//!   `&SimMachine` in tests). It returns a [`Probed`] that owns the
+//!   backends and a [`Report`] with every candidate's verdict.
+//! - [`Probed::clock`] gives the ready [`Clock`]: [`Clock::now`] returns an
+//!   [`Instant`] that never goes backwards, [`Clock::watchdog_tick`]
+//!   cross-checks the selected source at run time and switches away from a
+//!   drifting one without a backward step.
+//! - The report prints like FreeBSD's `kern.timecounter.choice`, with
+//!   reasons: `kvmclock(400, selected) tsc(300, rate from pvclock)
+//!   hpet(250, traps) acpi-pm(120, verified mode)`, and as a table
+//!   ([`Report::table`]).
+//!
+//! No allocation, no `unsafe` (the OS's promises are the `unsafe`
+//! constructors of [`Native`](clockhal_x86::Native),
+//! [`MmioRegion`](clockhal_x86::MmioRegion) and
+//! [`PhysMapped`](clockhal_x86::paravirt::PhysMapped)).
+//!
+//! ## Quick start (kernel)
+//!
+//! ```no_run
+//! use clockhal::{Clock, Platform, Policy, Probed};
+//! use clockhal_x86::paravirt::{PhysMapped, PvclockVcpuTimeInfo};
+//! use clockhal_x86::{MmioRegion, Native, OffsetMapping};
+//! use spin::Once;
+//!
+//! static PROBED: Once<Probed<Native>> = Once::new();
+//! static CLOCK: Once<Clock<'static>> = Once::new();
+//! // One 32-byte pvclock area per vCPU (page-contained, see PhysMapped).
+//! static PVCLOCK: [PvclockVcpuTimeInfo; 4] = [const { PvclockVcpuTimeInfo::new() }; 4];
+//!
+//! # fn virt_to_phys<T: ?Sized>(_: &T) -> u64 { 0 }
+//! # fn map_uncached(_: u64, _: usize) -> usize { 0 }
+//! fn init_time(rsdp: u64) -> &'static Clock<'static> {
+//!     // SAFETY: we run at CPL0 and let clockhal use the clock MSRs/ports.
+//!     let hw = unsafe { Native::new() };
+//!     // SAFETY: all physical memory is mapped at this offset, read-only use.
+//!     let phys = unsafe { OffsetMapping::new(0xFFFF_8000_0000_0000, 1 << 32) };
+//!     // SAFETY: PVCLOCK's physical address is what virt_to_phys returns,
+//!     // and the memory is reserved for the hypervisor's writes.
+//!     let areas: PhysMapped<[PvclockVcpuTimeInfo]> =
+//!         unsafe { PhysMapped::new(&PVCLOCK[..], virt_to_phys(&PVCLOCK)) };
+//!     let map_hpet = |phys: u64, len: usize| {
+//!         let virt = map_uncached(phys, len);
+//!         // SAFETY: `virt` maps the HPET registers, uncached.
+//!         Some(unsafe { MmioRegion::new(virt, len) })
+//!     };
+//!     let platform = Platform::new()
+//!         .acpi(rsdp, &phys)
+//!         .hpet_mapper(&map_hpet)
+//!         .pvclock_areas(areas)
+//!         .policy(Policy::new());
+//!     let probed = PROBED.call_once(|| clockhal::probe(hw, &platform));
+//!     // kern.timecounter.choice-style line, then the full table.
+//!     // println!("{}", probed.report());
+//!     // println!("{}", probed.report().table());
+//!     CLOCK.call_once(|| probed.clock().expect("no usable clock"))
+//! }
+//!
+//! fn timer_interrupt_every_250ms(clock: &Clock<'_>) {
+//!     let _event = clock.watchdog_tick();
+//! }
+//!
+//! let clock = init_time(0xE0000);
+//! let t0 = clock.now();
+//! // ... work ...
+//! let took = clock.elapsed(t0);
+//! ```
+//!
+//! `spin::Once` stands for any once-cell the OS has; without one, move the
+//! values into caller-provided `'static` slots with [`Probed::into_static`]
+//! and [`Clock::into_static`] (e.g. `static_cell::StaticCell`). On SMP,
+//! every application processor calls `probed.kvmclock().map(|k|
+//! k.register_this_cpu())` before reading the clock.
+//!
+//! ## Features
+//!
+//! | feature | default | what |
+//! |---|---|---|
+//! | `kvmclock`, `hyperv`, `tsc`, `hpet`, `acpi-pm` | yes | the backends (re-exported as [`kvmclock`], [`hyperv`], ...); a disabled one is listed as rejected, "feature disabled" |
+//! | `defmt` | no | `defmt::Format` for every public type (core and arch too) |
+//! | `embedded-time` | no | [`Clock`] implements `embedded_time::Clock` (nanoseconds, `u64`) |
+//! | `std` | no | hosted mode for Linux user space ([`hosted`]) |
 #![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+mod candidate;
+mod check;
+mod clock;
+#[cfg(feature = "embedded-time")]
+mod embedded;
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub mod hosted;
+mod platform;
+mod probe;
+mod report;
+mod select;
+
+pub use candidate::{Candidate, Demotion, Note, Rejection, SourceId, Verdict, MAX_CANDIDATES};
+pub use check::SelfCheck;
+pub use clock::{Clock, NoClock, WatchdogEvent, GUARD_SLACK_NS};
+pub use platform::{HpetAccess, Platform};
+pub use probe::{probe, Probed, HPET_REGION_LEN};
+pub use report::{Report, Table};
+
+/// The hardware-free core (trait, scaling, selection, watchdog).
 pub use clockhal_core as core_api;
+pub use clockhal_core::{
+    ClockSource, Duration, Frequency, Instant, Migration, Policy, Quality, ReadCost, Scale,
+    Stability, WatchdogConfig, WatchdogVerdict,
+};
+/// The x86_64 hardware seam (`Native`, `MmioRegion`, `PhysMapped`, `sim`).
+pub use clockhal_x86 as x86;
+
+/// The ACPI PM timer backend.
+#[cfg(feature = "acpi-pm")]
+pub use clockhal_acpi_pm as acpi_pm;
+/// The HPET backend.
+#[cfg(feature = "hpet")]
+pub use clockhal_hpet as hpet;
+/// The Hyper-V backend.
+#[cfg(feature = "hyperv")]
+pub use clockhal_hyperv as hyperv;
+/// The kvmclock backend.
+#[cfg(feature = "kvmclock")]
+pub use clockhal_kvmclock as kvmclock;
+/// The TSC backend.
+#[cfg(feature = "tsc")]
+pub use clockhal_tsc as tsc;
+
+/// Self-check, then selection.
+pub(crate) fn finish(report: &mut Report, sources: &check::Sources<'_>, self_check: &SelfCheck) {
+    check::run(report, sources, self_check);
+    reselect(report, sources);
+}
+
+/// Selection: the name forced by the policy if that candidate was
+/// constructed, else the best eligible candidate (no-trap rule included).
+pub(crate) fn reselect(report: &mut Report, sources: &check::Sources<'_>) {
+    let forced = report.force_request().and_then(|name| {
+        report
+            .candidates()
+            .find(|c| c.is_constructed() && c.name == name && sources[c.id.index()].is_some())
+            .map(|c| c.id)
+    });
+    match forced {
+        Some(id) => report.set_selected(Some(id), true),
+        None => {
+            let best = select::best(report, |_| true);
+            report.set_selected(best, false);
+        }
+    }
+}
+
+/// Compile-time check: every public type implements `defmt::Format`.
+#[cfg(feature = "defmt")]
+const _: fn() = || {
+    fn is_format<T: defmt::Format + ?Sized>() {}
+    is_format::<Candidate>();
+    is_format::<Demotion>();
+    is_format::<Note>();
+    is_format::<Rejection>();
+    is_format::<SourceId>();
+    is_format::<Verdict>();
+    is_format::<SelfCheck>();
+    is_format::<Clock<'static>>();
+    is_format::<NoClock>();
+    is_format::<WatchdogEvent>();
+    is_format::<HpetAccess<'static>>();
+    is_format::<Platform<'static>>();
+    is_format::<Report>();
+    is_format::<Table<'static>>();
+    #[cfg(target_arch = "x86_64")]
+    is_format::<Probed<clockhal_x86::Native>>();
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        is_format::<hosted::Hosted>();
+        is_format::<hosted::HostedError>();
+        is_format::<hosted::HostedTsc>();
+        is_format::<hosted::OsClock>();
+        is_format::<hosted::RateOrigin>();
+    }
+};

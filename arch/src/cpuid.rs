@@ -56,7 +56,7 @@ pub fn vendor<H: Hardware>(hw: &H) -> Vendor {
     }
 }
 
-/// CPUID.1:ECX[31]: running under a hypervisor.
+/// CPUID.1:ECX bit 31: running under a hypervisor.
 pub fn hypervisor_present<H: Hardware>(hw: &H) -> bool {
     hw.cpuid(1, 0).ecx & (1 << 31) != 0
 }
@@ -164,7 +164,11 @@ pub fn find_hypervisor<H: Hardware>(hw: &H, signature: &[u8; 12]) -> Option<Hype
         sig[4..8].copy_from_slice(&r.ecx.to_le_bytes());
         sig[8..12].copy_from_slice(&r.edx.to_le_bytes());
         if &sig == signature {
-            let max_leaf = if r.eax < base { base + 1 } else { r.eax.min(base + 0xFF) };
+            let max_leaf = if r.eax < base {
+                base + 1
+            } else {
+                r.eax.min(base + 0xFF)
+            };
             return Some(HypervisorRange { base, max_leaf });
         }
         base += 0x100;
@@ -232,7 +236,13 @@ pub fn hyperv<H: Hardware>(hw: &H) -> Option<(HypervisorRange, HypervFeatures)> 
         return None;
     }
     let f = range.leaf(hw, 3)?;
-    Some((range, HypervFeatures { eax: f.eax, edx: f.edx }))
+    Some((
+        range,
+        HypervFeatures {
+            eax: f.eax,
+            edx: f.edx,
+        },
+    ))
 }
 
 /// The hypervisor timing leaf (base + 0x10, VMware convention, QEMU with

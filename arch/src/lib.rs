@@ -26,6 +26,8 @@
 pub mod acpi;
 pub mod cpuid;
 mod hardware;
+#[cfg(feature = "std")]
+pub mod hosted;
 mod memory;
 #[cfg(target_arch = "x86_64")]
 mod native;

@@ -81,11 +81,7 @@ impl PhysMemory for SliceMemory<'_> {
         let Ok(start) = usize::try_from(start) else {
             return false;
         };
-        match self
-            .bytes
-            .get(start..)
-            .and_then(|s| s.get(..buf.len()))
-        {
+        match self.bytes.get(start..).and_then(|s| s.get(..buf.len())) {
             Some(src) => {
                 buf.copy_from_slice(src);
                 true

@@ -40,14 +40,28 @@ impl Native {
         let n = Native { _private: () };
         let v = n.cpuid(0, 0);
         // "AuthenticAMD" / "HygonGenuine": EBX starts "Auth" / "Hygo".
-        let fence = if v.ebx == u32::from_le_bytes(*b"Auth") || v.ebx == u32::from_le_bytes(*b"Hygo")
-        {
-            FENCE_MFENCE
-        } else {
-            FENCE_LFENCE
-        };
+        let fence =
+            if v.ebx == u32::from_le_bytes(*b"Auth") || v.ebx == u32::from_le_bytes(*b"Hygo") {
+                FENCE_MFENCE
+            } else {
+                FENCE_LFENCE
+            };
         FENCE.store(fence, Ordering::Relaxed);
         n
+    }
+
+    /// The token for a hosted (user-space) process: std only.
+    ///
+    /// Sound without `unsafe` because in user space the CPU itself enforces
+    /// privilege: `rdtsc`, `rdtscp` and `cpuid` work (unless the OS set
+    /// CR4.TSD), while `rdmsr`, `wrmsr` and `in` raise #GP, which the OS
+    /// turns into a signal that ends the process — a crash, never undefined
+    /// behaviour. MMIO needs an [`MmioRegion`], whose constructor is unsafe.
+    #[cfg(feature = "std")]
+    pub fn hosted() -> Native {
+        // SAFETY: user space cannot break CPL0 invariants (see above); the
+        // constructor's only other effect is choosing the fence.
+        unsafe { Native::new() }
     }
 
     #[inline(always)]

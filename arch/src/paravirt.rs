@@ -5,9 +5,19 @@
 //! back, so every field access is an atomic load, and backends stay safe.
 //! Handing memory to the hypervisor is the one unsafe act; it happens through
 //! [`PhysMapped`], which the OS creates.
+//!
+//! Also here, shared by the paravirtual backends: the ABIs' arithmetic
+//! ([`pvclock_scale_delta`], [`pvclock_tsc_hz_ratio`], [`hv_scale_tsc`], ...).
+//! The never-backwards filter they share is `clockhal_core::MonotonicGuard`.
 
 use crate::{Hardware, Msr};
+
+mod scale;
+
 use core::sync::atomic::{AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8};
+pub use scale::{
+    hv_scale_tsc, hv_sequence_valid, hv_tsc_hz_from_scale, pvclock_scale_delta, HV_REFERENCE_HZ,
+};
 use static_assertions::{assert_eq_size, const_assert_eq};
 
 /// `pvclock_vcpu_time_info`: one per vCPU, 32 bytes, written by KVM.
@@ -43,7 +53,10 @@ pub const PVCLOCK_GUEST_STOPPED: u8 = 1 << 1;
 assert_eq_size!(PvclockVcpuTimeInfo, [u8; 32]);
 const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_timestamp), 8);
 const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, system_time), 16);
-const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_to_system_mul), 24);
+const_assert_eq!(
+    core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_to_system_mul),
+    24
+);
 const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_shift), 28);
 const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, flags), 29);
 
@@ -60,6 +73,37 @@ impl PvclockVcpuTimeInfo {
             flags: AtomicU8::new(0),
             pad: [AtomicU8::new(0), AtomicU8::new(0)],
         }
+    }
+}
+
+/// The exact TSC rate a pvclock area's `tsc_to_system_mul`/`tsc_shift`
+/// describe, as `(numerator, denominator)` Hz (feed it to
+/// `clockhal_core::Frequency::from_ratio`).
+///
+/// The area converts `d` ticks to `(d·2^shift · mul) / 2^32` ns, so one tick
+/// is `mul·2^shift / 2^32` ns and the rate is `10^9·2^32 / (mul·2^shift)` Hz
+/// (FreeBSD's `pvclock_tsc_freq`, kept as a fraction instead of rounded).
+///
+/// `None` for values no host writes: `mul == 0` ("not yet written") or
+/// `|shift| > 32`. Both parts stay below 2^95.
+///
+/// ```
+/// use clockhal_x86::paravirt::pvclock_tsc_hz_ratio;
+/// // A 2 GHz TSC: 0.5 ns per tick = 2^31 / 2^32 with shift 0.
+/// let (num, den) = pvclock_tsc_hz_ratio(1 << 31, 0).unwrap();
+/// assert_eq!(num / den, 2_000_000_000);
+/// assert_eq!(pvclock_tsc_hz_ratio(0, 0), None);
+/// assert_eq!(pvclock_tsc_hz_ratio(1 << 31, 40), None);
+/// ```
+pub const fn pvclock_tsc_hz_ratio(mul: u32, shift: i8) -> Option<(u128, u128)> {
+    if mul == 0 || shift < -32 || shift > 32 {
+        return None;
+    }
+    let num = 1_000_000_000u128 << 32;
+    if shift >= 0 {
+        Some((num, (mul as u128) << shift))
+    } else {
+        Some((num << -shift, mul as u128))
     }
 }
 
@@ -261,7 +305,10 @@ pub fn hv_set_guest_os_id<H: Hardware>(hw: &H, id: u64) {
 
 /// Enables the Hyper-V reference TSC page at `page`, preserving the MSR's
 /// reserved bits 11:1 as the TLFS requires.
-pub fn hv_enable_reference_tsc<H: Hardware>(hw: &H, page: PhysMapped<HvReferenceTscPage>) -> Result<(), RegisterError> {
+pub fn hv_enable_reference_tsc<H: Hardware>(
+    hw: &H,
+    page: PhysMapped<HvReferenceTscPage>,
+) -> Result<(), RegisterError> {
     if page.phys() % 4096 != 0 {
         return Err(RegisterError::Misaligned);
     }

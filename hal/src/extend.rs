@@ -105,7 +105,11 @@ mod tests {
 
     fn thousands_of_wraps<C: Cell64>() {
         for bits in [1u32, 2, 3, 8, 24, 32, 48, 63, 64] {
-            let mask = if bits == 64 { u64::MAX } else { (1 << bits) - 1 };
+            let mask = if bits == 64 {
+                u64::MAX
+            } else {
+                (1 << bits) - 1
+            };
             let half = 1u64 << (bits - 1);
             let mut truth: u64 = 0x1234_5678_9abc & mask;
             let ext: WrapExtender<C> = WrapExtender::new(bits, truth);
@@ -199,7 +203,10 @@ mod tests {
         }
         stop.store(true, Ordering::SeqCst);
         writer.join().unwrap();
-        assert!(truth.load(Ordering::SeqCst) > 8 << BITS, "counter wrapped too rarely");
+        assert!(
+            truth.load(Ordering::SeqCst) > 8 << BITS,
+            "counter wrapped too rarely"
+        );
     }
 
     #[test]

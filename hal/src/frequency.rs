@@ -175,7 +175,10 @@ mod tests {
     #[test]
     fn hpet_period_is_exact() {
         let f = Frequency::from_period_fs(69_841_279).unwrap();
-        assert_eq!(f.numerator() as u128 * 69_841_279, 10u128.pow(15) * f.denominator() as u128);
+        assert_eq!(
+            f.numerator() as u128 * 69_841_279,
+            10u128.pow(15) * f.denominator() as u128
+        );
         assert_eq!(f.hz_rounded(), 14_318_180);
     }
 
@@ -192,7 +195,10 @@ mod tests {
         assert_eq!(Frequency::from_hz(0), Err(FrequencyError::Zero));
         assert_eq!(Frequency::from_period_fs(0), Err(FrequencyError::Zero));
         assert_eq!(Frequency::from_ratio(1, 2), Err(FrequencyError::OutOfRange));
-        assert_eq!(Frequency::from_hz(u64::MAX), Err(FrequencyError::OutOfRange));
+        assert_eq!(
+            Frequency::from_hz(u64::MAX),
+            Err(FrequencyError::OutOfRange)
+        );
     }
 
     #[test]
@@ -207,7 +213,10 @@ mod tests {
     fn display() {
         extern crate alloc;
         use alloc::format;
-        assert_eq!(format!("{}", Frequency::from_hz(3_579_545).unwrap()), "3579545 Hz");
+        assert_eq!(
+            format!("{}", Frequency::from_hz(3_579_545).unwrap()),
+            "3579545 Hz"
+        );
         assert_eq!(
             format!("{}", Frequency::from_period_fs(69_841_279).unwrap()),
             "14318179.941 Hz"

@@ -3,7 +3,8 @@
 //! The hardware-free half of clockhal: what a clock *is* ([`ClockSource`]),
 //! how its ticks become nanoseconds exactly ([`Frequency`], [`Scale`]), how a
 //! narrow counter is widened ([`WrapExtender`]), how a source that may step
-//! back across CPUs is kept monotonic ([`MonotonicClamp`]), the nanosecond
+//! back across CPUs is kept monotonic ([`MonotonicClamp`], and
+//! [`MonotonicGuard`] for clocks with a trusted fast path), the nanosecond
 //! timeline ([`Instant`], [`Duration`]), and how sources are ranked
 //! ([`select`]) and cross-checked at run time ([`Watchdog`]).
 //!
@@ -16,7 +17,7 @@
 //! let f = Frequency::from_period_fs(69_841_279).unwrap();
 //! let scale = Scale::new(f);
 //! // 14,318,180 ticks of 69.841279 ns are 1.000000004 s, exactly.
-//! assert_eq!(scale.ticks_to_ns(14_318_180), 1_000_000_004);
+//! assert_eq!(scale.ticks_to_ns_exact(14_318_180), 1_000_000_004);
 //! ```
 #![no_std]
 #![forbid(unsafe_code)]
@@ -28,6 +29,8 @@ mod cell;
 mod clamp;
 mod extend;
 mod frequency;
+#[cfg(target_has_atomic = "64")]
+mod guard;
 mod policy;
 mod scale;
 pub mod select;
@@ -35,12 +38,14 @@ mod source;
 mod time;
 mod watchdog;
 
-pub use clamp::MonotonicClamp;
-pub use cell::{Cell64, CriticalSectionCell, DefaultCell};
 #[cfg(target_has_atomic = "64")]
 pub use cell::AtomicCell;
+pub use cell::{Cell64, CriticalSectionCell, DefaultCell};
+pub use clamp::MonotonicClamp;
 pub use extend::WrapExtender;
 pub use frequency::{Frequency, FrequencyError};
+#[cfg(target_has_atomic = "64")]
+pub use guard::MonotonicGuard;
 pub use policy::{Migration, Policy};
 pub use scale::Scale;
 pub use source::{ClockSource, Quality, ReadCost, Stability};

@@ -5,10 +5,12 @@
 //! `t*I + (t*F >> 64)` in 128-bit arithmetic: one 64x64 and one 64x64->128
 //! multiply, no division, no overflow for any `u64` input (results above
 //! `u64::MAX` saturate), and because `F` is truncated by less than `2^-64`,
-//! the estimate is the exact floor or one below it. One exact 128-bit
-//! comparison then corrects it to the exact floor whenever `t * num` fits in
-//! 128 bits (always for whole-Hz rates and real HPET periods); otherwise the
-//! error bound stays <= 1 unit.
+//! the result is the exact floor or one below it (error <= 1 unit), and it is
+//! monotonic in `t`. That is the read path ([`Scale::ticks_to_ns`]): two
+//! multiplies. The `_exact` variants add one exact 128-bit comparison that
+//! settles the floor whenever `t * num` fits in 128 bits (always for whole-Hz
+//! rates and real HPET periods); they cost ~3 more multiplies, so they are for
+//! conversions of durations, not for every clock read.
 
 use crate::Frequency;
 
@@ -47,18 +49,36 @@ impl Ratio {
         }
     }
 
+    /// `floor(t * num / den)` or one less; monotonic in `t`.
     #[inline(always)]
-    const fn apply(&self, t: u64) -> u64 {
+    const fn estimate(&self, t: u64) -> u128 {
         let whole = t as u128 * self.int as u128;
         let part = (t as u128 * self.frac as u128) >> 64;
-        let q = whole + part;
+        whole + part
+    }
+
+    #[inline(always)]
+    const fn apply(&self, t: u64) -> u64 {
+        let q = self.estimate(t);
+        if q > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            q as u64
+        }
+    }
+
+    const fn apply_exact(&self, t: u64) -> u64 {
+        let q = self.estimate(t);
         if q >= u64::MAX as u128 {
             return u64::MAX;
         }
         // The estimate is floor(exact) or one less: one exact comparison
         // settles it whenever t * num fits in 128 bits (always for whole-Hz
         // rates and real HPET periods).
-        if let (Some(lhs), Some(rhs)) = ((q + 1).checked_mul(self.den), (t as u128).checked_mul(self.num)) {
+        if let (Some(lhs), Some(rhs)) = (
+            (q + 1).checked_mul(self.den),
+            (t as u128).checked_mul(self.num),
+        ) {
             if lhs <= rhs {
                 return (q + 1) as u64;
             }
@@ -69,15 +89,17 @@ impl Ratio {
 
 /// Converts between a counter's ticks and nanoseconds for one [`Frequency`].
 ///
-/// Both directions give the exact floor of the rational result (at worst one
-/// unit below it for exotic fractional rates), and never overflow (saturating at `u64::MAX`, i.e. 584 years
-/// of nanoseconds).
+/// Both directions are within one unit below the exact rational result,
+/// monotonic, and never overflow (saturating at `u64::MAX`, i.e. 584 years of
+/// nanoseconds); the `_exact` variants give the exact floor.
 ///
 /// ```
 /// use clockhal_core::{Frequency, Scale};
 /// let s = Scale::new(Frequency::from_hz(3_579_545).unwrap());
-/// assert_eq!(s.ticks_to_ns(3_579_545), 1_000_000_000);
-/// assert_eq!(s.ns_to_ticks(1_000_000_000), 3_579_545);
+/// assert_eq!(s.ticks_to_ns_exact(3_579_545), 1_000_000_000);
+/// assert_eq!(s.ns_to_ticks_exact(1_000_000_000), 3_579_545);
+/// let fast = s.ticks_to_ns(3_579_545);
+/// assert!(fast == 1_000_000_000 || fast == 999_999_999);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Scale {
@@ -118,6 +140,18 @@ impl Scale {
     pub const fn ns_to_ticks(&self, ns: u64) -> u64 {
         self.to_ticks.apply(ns)
     }
+
+    /// Nanoseconds in `ticks` ticks, exactly `floor(exact)` for whole-Hz
+    /// rates and real HPET periods (otherwise as [`ticks_to_ns`](Self::ticks_to_ns)).
+    pub const fn ticks_to_ns_exact(&self, ticks: u64) -> u64 {
+        self.to_ns.apply_exact(ticks)
+    }
+
+    /// Ticks in `ns` nanoseconds, exact floor (see
+    /// [`ticks_to_ns_exact`](Self::ticks_to_ns_exact)).
+    pub const fn ns_to_ticks_exact(&self, ns: u64) -> u64 {
+        self.to_ticks.apply_exact(ns)
+    }
 }
 
 #[cfg(test)]
@@ -128,6 +162,17 @@ mod tests {
 
     fn exact(t: u64, num: u128, den: u128) -> BigUint {
         BigUint::from(t) * BigUint::from(num) / BigUint::from(den)
+    }
+
+    fn check_exact(t: u64, got: u64, num: u128, den: u128) {
+        let e = exact(t, num, den);
+        if e >= BigUint::from(u64::MAX) {
+            assert!(got >= u64::MAX - 1);
+        } else if (BigUint::from(t) * BigUint::from(num)).bits() <= 128 {
+            assert_eq!(BigUint::from(got), e, "t={t}");
+        } else {
+            check(t, got, num, den);
+        }
     }
 
     fn check(t: u64, got: u64, num: u128, den: u128) {
@@ -147,6 +192,11 @@ mod tests {
         let (n, d) = (f.numerator() as u128, f.denominator() as u128);
         check(t, s.ticks_to_ns(t), 1_000_000_000 * d, n);
         check(t, s.ns_to_ticks(t), n, 1_000_000_000 * d);
+        check_exact(t, s.ticks_to_ns_exact(t), 1_000_000_000 * d, n);
+        check_exact(t, s.ns_to_ticks_exact(t), n, 1_000_000_000 * d);
+        if t > 0 {
+            assert!(s.ticks_to_ns(t - 1) <= s.ticks_to_ns(t), "monotonic");
+        }
     }
 
     fn any_freq() -> impl Strategy<Value = Frequency> {
@@ -187,7 +237,17 @@ mod tests {
             Frequency::from_hz(1 << 40).unwrap(),
         ];
         for f in rates {
-            for t in [0, 1, 2, 999, 1 << 32, (1 << 63) - 1, 1 << 63, u64::MAX - 1, u64::MAX] {
+            for t in [
+                0,
+                1,
+                2,
+                999,
+                1 << 32,
+                (1 << 63) - 1,
+                1 << 63,
+                u64::MAX - 1,
+                u64::MAX,
+            ] {
                 check_freq(f, t);
             }
         }
@@ -197,7 +257,7 @@ mod tests {
     fn round_numbers_are_exact() {
         let s = Scale::new(Frequency::from_hz(10_000_000).unwrap());
         assert_eq!(s.ticks_to_ns(10_000_000), 1_000_000_000);
-        assert_eq!(s.ns_to_ticks(100), 1);
+        assert_eq!(s.ns_to_ticks_exact(100), 1);
         let s = Scale::new(Frequency::from_hz(1_000_000_000).unwrap());
         assert_eq!(s.ticks_to_ns(u64::MAX), u64::MAX);
     }

@@ -118,7 +118,11 @@ mod tests {
         let fast = F(300, ReadCost::NoTrap, e, 20);
         assert_eq!(best(&[&notrap, &fast]), Some(1));
         let twin = F(300, ReadCost::NoTrap, e, 10);
-        assert_eq!(best(&[&notrap, &twin]), Some(0), "list order breaks full ties");
+        assert_eq!(
+            best(&[&notrap, &twin]),
+            Some(0),
+            "list order breaks full ties"
+        );
         let ext = F(300, ReadCost::NoTrap, Stability::SOFTWARE_EXTENDED, 1000);
         assert_eq!(best(&[&ext, &notrap]), Some(1));
     }
@@ -129,6 +133,13 @@ mod tests {
         let n = F(-100, ReadCost::NoTrap, Stability::empty(), 10);
         assert_eq!(best(&[&z, &n]), None);
         assert_eq!(best(&[]), None);
-        assert_eq!(best_by(2, |i| if i == 0 { None } else { Some(&z as &dyn ClockSource) }), None);
+        assert_eq!(
+            best_by(2, |i| if i == 0 {
+                None
+            } else {
+                Some(&z as &dyn ClockSource)
+            }),
+            None
+        );
     }
 }

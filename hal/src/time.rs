@@ -140,7 +140,12 @@ impl SubAssign for Duration {
 impl fmt::Display for Duration {
     /// Seconds with nanosecond decimals: `1.500000000s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:09}s", self.0 / 1_000_000_000, self.0 % 1_000_000_000)
+        write!(
+            f,
+            "{}.{:09}s",
+            self.0 / 1_000_000_000,
+            self.0 % 1_000_000_000
+        )
     }
 }
 
@@ -257,7 +262,10 @@ mod tests {
         assert_eq!(Duration::ZERO - Duration::from_nanos(1), Duration::ZERO);
         assert_eq!(Duration::MAX.checked_add(Duration::from_nanos(1)), None);
         assert_eq!(Instant::ZERO.checked_sub(Duration::from_nanos(1)), None);
-        assert_eq!(Instant::from_nanos(u64::MAX) + Duration::MAX, Instant::from_nanos(u64::MAX));
+        assert_eq!(
+            Instant::from_nanos(u64::MAX) + Duration::MAX,
+            Instant::from_nanos(u64::MAX)
+        );
         assert_eq!(Duration::from_nanos(3).checked_mul(u64::MAX), None);
     }
 }

@@ -161,24 +161,21 @@ impl Watchdog {
         };
         if s.source < base.source {
             self.base = Some(s);
-            return WatchdogVerdict::Demote {
-                skew_ppm: i64::MIN,
-            };
+            return WatchdogVerdict::Demote { skew_ppm: i64::MIN };
         }
         // Reference interval between window midpoints, in ns.
         let mid = |x: &WatchdogSample| {
             x.ref_before / 2 + x.ref_after / 2 + (x.ref_before & x.ref_after & 1)
         };
-        let ref_ns = self.reference.ticks_to_ns(mid(&s).saturating_sub(mid(&base)));
+        let ref_ns = self
+            .reference
+            .ticks_to_ns(mid(&s).saturating_sub(mid(&base)));
         if ref_ns < self.config.min_interval.as_nanos() {
             return WatchdogVerdict::TooSoon;
         }
         let src_ns = self.source.ticks_to_ns(s.source - base.source);
-        let half_windows = (self
-            .reference
-            .ticks_to_ns(base.ref_after - base.ref_before)
-            + window)
-            / 2;
+        let half_windows =
+            (self.reference.ticks_to_ns(base.ref_after - base.ref_before) + window) / 2;
         let skew_ppm = ppm(src_ns as i128 - ref_ns as i128, ref_ns);
         let uncertainty_ppm = ppm(half_windows as i128, ref_ns).unsigned_abs();
         self.base = Some(s);
@@ -229,13 +226,21 @@ mod tests {
         // looks like up to 800 ppm, but it is all read delay.
         let mut w = wd();
         assert_eq!(
-            w.check(WatchdogSample { ref_before: 0, source: 0, ref_after: 8_000 }),
+            w.check(WatchdogSample {
+                ref_before: 0,
+                source: 0,
+                ref_after: 8_000
+            }),
             WatchdogVerdict::Started
         );
         for i in 1..=10u64 {
             let r = i * 10_000_000; // 100 ms of 100 MHz ticks
             let src = r * 10 + if i % 2 == 0 { 80_000 } else { 0 };
-            let v = w.check(WatchdogSample { ref_before: r, source: src, ref_after: r + 8_000 });
+            let v = w.check(WatchdogSample {
+                ref_before: r,
+                source: src,
+                ref_after: r + 8_000,
+            });
             assert!(matches!(v, WatchdogVerdict::Ok { .. }), "{v:?}");
         }
     }
@@ -243,28 +248,62 @@ mod tests {
     #[test]
     fn drift_demotes_after_strikes_only() {
         let mut w = wd();
-        w.check(WatchdogSample { ref_before: 0, source: 0, ref_after: 10 });
+        w.check(WatchdogSample {
+            ref_before: 0,
+            source: 0,
+            ref_after: 10,
+        });
         let mut src = 0u64;
         let mut verdicts = std::vec::Vec::new();
         for i in 1..=3u64 {
             src += 100_000_000 + 100_000; // 1000 ppm fast
             let r = i * 10_000_000;
-            verdicts.push(w.check(WatchdogSample { ref_before: r, source: src, ref_after: r + 10 }));
+            verdicts.push(w.check(WatchdogSample {
+                ref_before: r,
+                source: src,
+                ref_after: r + 10,
+            }));
         }
-        assert!(matches!(verdicts[0], WatchdogVerdict::Suspect { strikes: 1, skew_ppm: 1000, .. }));
-        assert!(matches!(verdicts[1], WatchdogVerdict::Suspect { strikes: 2, .. }));
+        assert!(matches!(
+            verdicts[0],
+            WatchdogVerdict::Suspect {
+                strikes: 1,
+                skew_ppm: 1000,
+                ..
+            }
+        ));
+        assert!(matches!(
+            verdicts[1],
+            WatchdogVerdict::Suspect { strikes: 2, .. }
+        ));
         assert_eq!(verdicts[2], WatchdogVerdict::Demote { skew_ppm: 1000 });
     }
 
     #[test]
     fn discards_and_too_soon_and_backwards() {
         let mut w = wd();
-        let v = w.check(WatchdogSample { ref_before: 0, source: 0, ref_after: 100_000 });
+        let v = w.check(WatchdogSample {
+            ref_before: 0,
+            source: 0,
+            ref_after: 100_000,
+        });
         assert_eq!(v, WatchdogVerdict::Discarded(Duration::from_millis(1)));
-        w.check(WatchdogSample { ref_before: 0, source: 50, ref_after: 10 });
-        let v = w.check(WatchdogSample { ref_before: 100, source: 1_000, ref_after: 110 });
+        w.check(WatchdogSample {
+            ref_before: 0,
+            source: 50,
+            ref_after: 10,
+        });
+        let v = w.check(WatchdogSample {
+            ref_before: 100,
+            source: 1_000,
+            ref_after: 110,
+        });
         assert_eq!(v, WatchdogVerdict::TooSoon);
-        let v = w.check(WatchdogSample { ref_before: 20_000_000, source: 10, ref_after: 20_000_010 });
+        let v = w.check(WatchdogSample {
+            ref_before: 20_000_000,
+            source: 10,
+            ref_after: 20_000_010,
+        });
         assert_eq!(v, WatchdogVerdict::Demote { skew_ppm: i64::MIN });
     }
 }

@@ -13,6 +13,14 @@ pub struct HpetConfig {
     pub counter_64bit: bool,
     /// Fault: the counter never advances, even when enabled.
     pub stuck: bool,
+    /// Fault: nothing decodes the block; every read is all ones (a missing
+    /// device, or a wrong base address).
+    pub absent: bool,
+    /// General configuration register as firmware left it (bit 0
+    /// ENABLE_CNF, bit 1 LEG_RT_CNF).
+    pub initial_config: u64,
+    /// Main counter value at power-on.
+    pub initial_counter: u64,
 }
 
 impl HpetConfig {
@@ -23,6 +31,9 @@ impl HpetConfig {
             period_fs: 10_000_000,
             counter_64bit: true,
             stuck: false,
+            absent: false,
+            initial_config: 0,
+            initial_counter: 0,
         }
     }
     /// The classic 14.31818 MHz (69,841,279 fs), 64-bit.
@@ -30,6 +41,13 @@ impl HpetConfig {
         HpetConfig {
             period_fs: 69_841_279,
             ..Self::qemu()
+        }
+    }
+    /// The same device with a 32-bit main counter.
+    pub fn narrow(self) -> Self {
+        HpetConfig {
+            counter_64bit: false,
+            ..self
         }
     }
 }
@@ -47,15 +65,23 @@ pub struct Hpet {
 }
 
 impl Hpet {
-    /// An HPET per `config`, halted at counter 0.
+    /// An HPET per `config`, with the counter at `initial_counter` and the
+    /// configuration register at `initial_config` (running since machine
+    /// time 0 if that enables it).
     pub fn new(config: HpetConfig) -> Self {
+        let config_reg = config.initial_config & 3;
         Hpet {
-            config,
-            enabled: false,
-            counter_base: 0,
+            enabled: config_reg & 1 != 0,
+            counter_base: config.initial_counter,
             enabled_at_ns: 0,
-            config_reg: 0,
+            config_reg,
+            config,
         }
+    }
+
+    /// The general configuration register's current value.
+    pub fn config_register(&self) -> u64 {
+        self.config_reg
     }
 
     /// The configuration.
@@ -89,7 +115,7 @@ impl Hpet {
 
     pub(super) fn mmio_read(&mut self, ctx: &SimCtx<'_>, addr: u64, size: usize) -> Option<u64> {
         let off = addr.checked_sub(self.config.base)?;
-        if off >= 1024 {
+        if off >= 1024 || self.config.absent {
             return None;
         }
         let reg = off & !7;
@@ -100,11 +126,20 @@ impl Hpet {
             _ => 0,
         };
         let shifted = full >> ((off & 7) * 8);
-        Some(if size == 8 { shifted } else { shifted & 0xFFFF_FFFF })
+        Some(if size == 8 {
+            shifted
+        } else {
+            shifted & 0xFFFF_FFFF
+        })
     }
 
     pub(super) fn mmio_write(&mut self, ctx: &SimCtx<'_>, addr: u64, size: usize, value: u64) {
-        let Some(off) = addr.checked_sub(self.config.base) else { return };
+        let Some(off) = addr.checked_sub(self.config.base) else {
+            return;
+        };
+        if self.config.absent {
+            return;
+        }
         match (off, size) {
             (0x010, _) => {
                 let enable = value & 1 != 0;
@@ -117,7 +152,11 @@ impl Hpet {
                 self.config_reg = value & 3;
             }
             (0x0F0, _) if !self.enabled => {
-                self.counter_base = if size == 8 { value } else { value & 0xFFFF_FFFF };
+                self.counter_base = if size == 8 {
+                    value
+                } else {
+                    value & 0xFFFF_FFFF
+                };
             }
             _ => {}
         }

@@ -1,6 +1,7 @@
 //! Simulated Hyper-V partition: reference TSC page and reference counter.
 
 use super::SimCtx;
+use crate::paravirt::HvReferenceTscPage;
 use std::sync::atomic::Ordering::{Release, SeqCst};
 
 const MSR_GUEST_OS_ID: u32 = 0x4000_0000;
@@ -58,6 +59,10 @@ pub struct HypervHost {
     guest_os_id: u64,
     reference_tsc_msr: u64,
     sequence: u32,
+    /// `(scale, offset)` written instead of the truth (fault injection).
+    page_override: Option<(u64, i64)>,
+    /// Whether the host fills the page (when off, it stays invalid).
+    page_updates: bool,
 }
 
 impl HypervHost {
@@ -69,6 +74,8 @@ impl HypervHost {
             guest_os_id: 0,
             reference_tsc_msr: reserved,
             sequence: 0,
+            page_override: None,
+            page_updates: true,
         }
     }
 
@@ -99,16 +106,52 @@ impl HypervHost {
         (scale, Self::reference_time(ctx).wrapping_sub(scaled) as i64)
     }
 
+    /// The enabled page, if the guest enabled one the simulator allocated.
+    pub fn page(&self, ctx: &SimCtx<'_>) -> Option<&'static HvReferenceTscPage> {
+        if self.reference_tsc_msr & 1 == 0 {
+            return None;
+        }
+        ctx.memory.hv_page(self.reference_tsc_msr & !0xFFF)
+    }
+
+    /// Writes `(scale, offset)` instead of the truth from the next update on
+    /// (`None` restores it): hostile or stale page contents.
+    pub fn set_page_override(&mut self, scale_offset: Option<(u64, i64)>) {
+        self.page_override = scale_offset;
+    }
+
+    /// Whether the host fills the page when it is enabled or updated (off:
+    /// a host that offers the page but leaves it invalid).
+    pub fn set_page_updates(&mut self, on: bool) {
+        self.page_updates = on;
+    }
+
+    /// Marks the page invalid (sequence 0), as Hyper-V does around a live
+    /// migration; the next [`update_page`](Self::update_page) ends the window.
+    pub fn invalidate_page(&mut self, ctx: &SimCtx<'_>) {
+        self.set_raw_sequence(ctx, 0);
+    }
+
+    /// Stores `sequence` in the page as is (e.g. the old `0xFFFFFFFF`
+    /// "invalid" marker), leaving scale and offset alone.
+    pub fn set_raw_sequence(&mut self, ctx: &SimCtx<'_>, sequence: u32) {
+        if let Some(page) = self.page(ctx) {
+            page.sequence.store(sequence, SeqCst);
+        }
+    }
+
     /// Rewrites the page (if enabled) from the current time, bumping the
     /// sequence (never to 0 or 0xFFFFFFFF).
     pub fn update_page(&mut self, ctx: &SimCtx<'_>) {
-        if self.reference_tsc_msr & 1 == 0 {
+        if !self.page_updates {
             return;
         }
-        let Some(page) = ctx.memory.hv_page(self.reference_tsc_msr & !0xFFF) else {
+        let Some(page) = self.page(ctx) else {
             return;
         };
-        let (scale, offset) = Self::scale_offset(ctx);
+        let (scale, offset) = self
+            .page_override
+            .unwrap_or_else(|| Self::scale_offset(ctx));
         page.sequence.store(0, SeqCst);
         page.scale.store(scale, Release);
         page.offset.store(offset, Release);
@@ -131,7 +174,12 @@ impl HypervHost {
         })
     }
 
-    pub(super) fn wrmsr(&mut self, ctx: &SimCtx<'_>, msr: u32, value: u64) -> Option<Result<(), ()>> {
+    pub(super) fn wrmsr(
+        &mut self,
+        ctx: &SimCtx<'_>,
+        msr: u32,
+        value: u64,
+    ) -> Option<Result<(), ()>> {
         Some(match msr {
             MSR_GUEST_OS_ID => {
                 self.guest_os_id = value;
@@ -146,7 +194,9 @@ impl HypervHost {
                 self.update_page(ctx);
                 Ok(())
             }
-            MSR_TIME_REF_COUNT | MSR_REFERENCE_TSC | MSR_TSC_FREQUENCY | MSR_APIC_FREQUENCY => Err(()),
+            MSR_TIME_REF_COUNT | MSR_REFERENCE_TSC | MSR_TSC_FREQUENCY | MSR_APIC_FREQUENCY => {
+                Err(())
+            }
             _ => return None,
         })
     }

@@ -83,6 +83,10 @@ pub struct KvmHost {
     msr_value: Vec<u64>,
     /// Pending guest-stopped notification per CPU.
     stopped: Vec<bool>,
+    /// Error the host adds to `system_time` per CPU (fault injection).
+    skew_ns: Vec<i64>,
+    /// `(mul, shift)` written instead of the true scale (fault injection).
+    scale_override: Option<(u32, i8)>,
 }
 
 impl KvmHost {
@@ -93,6 +97,8 @@ impl KvmHost {
             registered: Vec::new(),
             msr_value: Vec::new(),
             stopped: Vec::new(),
+            skew_ns: Vec::new(),
+            scale_override: None,
         }
     }
 
@@ -106,6 +112,7 @@ impl KvmHost {
             self.registered.resize(cpu + 1, None);
             self.msr_value.resize(cpu + 1, 0);
             self.stopped.resize(cpu + 1, false);
+            self.skew_ns.resize(cpu + 1, 0);
         }
     }
 
@@ -115,24 +122,76 @@ impl KvmHost {
         ctx.memory.pvclock(phys)
     }
 
+    /// The guest-physical address `cpu` registered, if any.
+    pub fn registered(&self, cpu: usize) -> Option<u64> {
+        self.registered.get(cpu).copied().flatten()
+    }
+
+    /// Whether the host sets `PVCLOCK_TSC_STABLE_BIT` from the next update
+    /// on (the CPUID permission bit stays as configured).
+    pub fn set_stable_flag(&mut self, on: bool) {
+        self.config.stable_flag = on;
+    }
+
+    /// Makes the host's `system_time` for `cpu` (`None`: every CPU) off by
+    /// `skew_ns` from the next update on: per-CPU disagreement of an
+    /// unstable host, or (same negative skew everywhere) a host whose clock
+    /// steps backwards.
+    pub fn set_system_time_skew(&mut self, cpu: Option<usize>, skew_ns: i64) {
+        match cpu {
+            Some(c) => {
+                self.grow(c);
+                self.skew_ns[c] = skew_ns;
+            }
+            None => self.skew_ns.iter_mut().for_each(|s| *s = skew_ns),
+        }
+    }
+
+    /// Writes `(mul, shift)` instead of the true scale from the next update
+    /// on (`None` restores the truth): a zero multiplier, any shift.
+    pub fn set_scale_override(&mut self, scale: Option<(u32, i8)>) {
+        self.scale_override = scale;
+    }
+
+    /// Starts an update of `cpu`'s area and never finishes it: the version
+    /// stays odd until [`update`](Self::update) runs again.
+    pub fn stall_update(&mut self, ctx: &SimCtx<'_>, cpu: usize) {
+        if let Some(area) = self.area(ctx, cpu) {
+            let v = area.version.load(SeqCst);
+            area.version.store(v | 1, SeqCst);
+        }
+    }
+
     /// Rewrites `cpu`'s area from the current machine time (what KVM does on
     /// a clock update request), using the seqlock protocol.
     pub fn update(&mut self, ctx: &SimCtx<'_>, cpu: usize) {
-        let Some(area) = self.area(ctx, cpu) else { return };
-        let (mul, shift) = time_scale(ctx.tsc_hz);
-        let v = area.version.load(SeqCst);
+        let Some(area) = self.area(ctx, cpu) else {
+            return;
+        };
+        let (mul, shift) = self
+            .scale_override
+            .unwrap_or_else(|| time_scale(ctx.tsc_hz));
+        let skew = self.skew_ns.get(cpu).copied().unwrap_or(0);
+        let system_time = (ctx.now_ns as i128 + skew as i128).clamp(0, u64::MAX as i128) as u64;
+        // An update that was left open (stall_update) is finished, not restarted.
+        let v = area.version.load(SeqCst) & !1;
         area.version.store(v.wrapping_add(1) | 1, SeqCst);
         area.tsc_timestamp.store(ctx.tsc(cpu), Release);
-        area.system_time.store(ctx.now_ns, Release);
+        area.system_time.store(system_time, Release);
         area.tsc_to_system_mul.store(mul, Release);
         area.tsc_shift.store(shift, Release);
-        let mut flags = if self.config.stable_flag { PVCLOCK_TSC_STABLE_BIT } else { 0 };
+        let mut flags = if self.config.stable_flag {
+            PVCLOCK_TSC_STABLE_BIT
+        } else {
+            0
+        };
         if self.stopped.get(cpu).copied().unwrap_or(false) {
             flags |= PVCLOCK_GUEST_STOPPED;
             self.stopped[cpu] = false;
         }
         area.flags.store(flags, Release);
-        area.version.store((v.wrapping_add(1) | 1).wrapping_add(1), SeqCst);
+        area.version
+            .store((v.wrapping_add(1) | 1).wrapping_add(1), SeqCst);
     }
 
     /// Updates every registered area.
@@ -142,8 +201,8 @@ impl KvmHost {
         }
     }
 
-    /// Marks every vCPU as stopped (host paused the guest); the flag appears
-    /// at each area's next update.
+    /// Marks every vCPU as stopped (host paused the guest, KVM's
+    /// `KVM_KVMCLOCK_CTRL`); the flag appears at each area's next update.
     pub fn pause_guest(&mut self) {
         for s in &mut self.stopped {
             *s = true;
@@ -161,7 +220,12 @@ impl KvmHost {
         Some(Some(self.msr_value[ctx.cpu]))
     }
 
-    pub(super) fn wrmsr(&mut self, ctx: &SimCtx<'_>, msr: u32, value: u64) -> Option<Result<(), ()>> {
+    pub(super) fn wrmsr(
+        &mut self,
+        ctx: &SimCtx<'_>,
+        msr: u32,
+        value: u64,
+    ) -> Option<Result<(), ()>> {
         let allowed = match msr {
             MSR_SYSTEM_NEW | MSR_WALL_NEW => self.config.clocksource2,
             MSR_SYSTEM_OLD | MSR_WALL_OLD => self.config.clocksource,
@@ -188,7 +252,8 @@ impl KvmHost {
                     let boot_ns = self.config.wall_epoch_sec as u64 * 1_000_000_000;
                     w.sec.store((boot_ns / 1_000_000_000) as u32, Release);
                     w.nsec.store((boot_ns % 1_000_000_000) as u32, Release);
-                    w.version.store((v.wrapping_add(1) | 1).wrapping_add(1), SeqCst);
+                    w.version
+                        .store((v.wrapping_add(1) | 1).wrapping_add(1), SeqCst);
                 }
             }
         }

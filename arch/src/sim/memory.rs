@@ -39,11 +39,18 @@ impl SharedMemory {
     }
 
     fn insert(&self, phys: u64, s: Shared) {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(phys, s);
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(phys, s);
     }
 
     fn get(&self, phys: u64) -> Option<Shared> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).get(&phys).copied()
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&phys)
+            .copied()
     }
 
     /// `n` contiguous pvclock areas.

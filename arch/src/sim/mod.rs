@@ -28,23 +28,30 @@
 //! assert!(m.rdtsc() - a >= 2_592);
 //! ```
 
+mod acpi_tables;
 mod hpet;
 mod hyperv;
 mod kvm;
 mod memory;
 mod pm_timer;
+#[cfg(target_arch = "x86_64")]
+mod real_tsc;
 
+pub use acpi_tables::{AcpiImage, AcpiTablesBuilder, FadtSpec, HpetTableSpec};
 pub use hpet::{Hpet, HpetConfig};
 pub use hyperv::{HypervConfig, HypervHost};
-pub use kvm::{KvmConfig, KvmHost};
+pub use kvm::{time_scale, KvmConfig, KvmHost};
 pub use memory::SharedMemory;
 pub use pm_timer::{PmTimer, PmTimerConfig};
+#[cfg(target_arch = "x86_64")]
+pub use real_tsc::RealTsc;
 
 use crate::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo, PvclockWallClock};
 use crate::{CpuidResult, Hardware, MmioRegion, Msr};
+use std::boxed::Box;
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
 
@@ -165,7 +172,7 @@ impl SimConfig {
         self
     }
 
-    /// Sets CPUID.80000007:EDX[8].
+    /// Sets CPUID.80000007:EDX bit 8 (invariant TSC).
     pub fn with_invariant_tsc(self, on: bool) -> Self {
         self.with_cpuid(0x8000_0007, 0, regs(0, 0, 0, if on { 1 << 8 } else { 0 }))
     }
@@ -195,8 +202,13 @@ impl SimConfig {
     /// Adds a KVM host (and its CPUID range per the config).
     pub fn with_kvm(mut self, kvm: KvmConfig) -> Self {
         let base = kvm.cpuid_base;
-        self = self.with_hypervisor(base, base + kvm.cpuid_max_offset, crate::cpuid::KVM_SIGNATURE);
-        self.cpuid.insert((base + 1, 0), regs(kvm.feature_eax(), 0, 0, 0));
+        self = self.with_hypervisor(
+            base,
+            base + kvm.cpuid_max_offset,
+            crate::cpuid::KVM_SIGNATURE,
+        );
+        self.cpuid
+            .insert((base + 1, 0), regs(kvm.feature_eax(), 0, 0, 0));
         self.kvm = Some(kvm);
         self
     }
@@ -204,8 +216,12 @@ impl SimConfig {
     /// Adds a Hyper-V partition (signature at 0x40000000, "Hv#1", features).
     pub fn with_hyperv(mut self, hv: HypervConfig) -> Self {
         self = self.with_hypervisor(0x4000_0000, 0x4000_0006, crate::cpuid::HYPERV_SIGNATURE);
-        self.cpuid.insert((0x4000_0001, 0), regs(0x3123_7648, 0, 0, 0));
-        self.cpuid.insert((0x4000_0003, 0), regs(hv.feature_eax(), 0, 0, hv.feature_edx()));
+        self.cpuid
+            .insert((0x4000_0001, 0), regs(0x3123_7648, 0, 0, 0));
+        self.cpuid.insert(
+            (0x4000_0003, 0),
+            regs(hv.feature_eax(), 0, 0, hv.feature_edx()),
+        );
         self.hyperv = Some(hv);
         self
     }
@@ -245,7 +261,11 @@ pub struct SimCtx<'a> {
 impl SimCtx<'_> {
     /// CPU `cpu`'s TSC now.
     pub fn tsc(&self, cpu: usize) -> u64 {
-        tsc_at(self.now_ns, self.tsc_hz, self.tsc_offsets.get(cpu).copied().unwrap_or(0))
+        tsc_at(
+            self.now_ns,
+            self.tsc_hz,
+            self.tsc_offsets.get(cpu).copied().unwrap_or(0),
+        )
     }
 }
 
@@ -305,11 +325,27 @@ pub struct SimMachine {
     memory: SharedMemory,
     state: Mutex<State>,
     counters: Counters,
+    rdtsc_hook: RdtscHookSlot,
+}
+
+/// A test's code that runs right after a `rdtsc` (see
+/// [`SimMachine::set_rdtsc_hook`]).
+type RdtscHook = Box<dyn FnMut(&SimMachine) + Send>;
+
+/// The installed hook; `generation` changes on every set/clear so a hook
+/// that replaces or clears itself while running is not put back.
+#[derive(Default)]
+struct RdtscHookSlot {
+    hook: Mutex<Option<RdtscHook>>,
+    installed: AtomicBool,
+    generation: AtomicU64,
 }
 
 impl core::fmt::Debug for SimMachine {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("SimMachine").field("config", &self.config).finish()
+        f.debug_struct("SimMachine")
+            .field("config", &self.config)
+            .finish()
     }
 }
 
@@ -341,6 +377,7 @@ impl SimMachine {
             memory: SharedMemory::default(),
             state: Mutex::new(state),
             counters: Counters::default(),
+            rdtsc_hook: RdtscHookSlot::default(),
         }
     }
 
@@ -499,6 +536,62 @@ impl SimMachine {
         }
     }
 
+    /// Installs `hook`, run right after every `rdtsc`/`rdtscp` (after the
+    /// value is taken, before the caller sees it), replacing any previous
+    /// hook. The hook may use the machine freely (devices, `set_cpu`,
+    /// `advance`, even `clear_rdtsc_hook`): it is how tests make a host
+    /// update land *inside* a guest's read (seqlock retries, a migration to
+    /// another CPU mid-read). A `rdtsc` issued by the hook itself, or by
+    /// another thread while the hook runs, does not run it again.
+    ///
+    /// ```
+    /// use clockhal_x86::{sim::SimMachine, Hardware};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// let m = SimMachine::bare_metal();
+    /// let n = Arc::new(AtomicU32::new(0));
+    /// let seen = n.clone();
+    /// m.set_rdtsc_hook(move |m| {
+    ///     if seen.fetch_add(1, Ordering::SeqCst) == 1 {
+    ///         m.clear_rdtsc_hook(); // two rdtscs, then gone
+    ///     }
+    /// });
+    /// for _ in 0..5 {
+    ///     m.rdtsc();
+    /// }
+    /// assert_eq!(n.load(Ordering::SeqCst), 2);
+    /// ```
+    pub fn set_rdtsc_hook(&self, hook: impl FnMut(&SimMachine) + Send + 'static) {
+        let slot = &self.rdtsc_hook;
+        let mut h = slot.hook.lock().unwrap_or_else(|e| e.into_inner());
+        slot.generation.fetch_add(1, Ordering::SeqCst);
+        *h = Some(Box::new(hook));
+        slot.installed.store(true, Ordering::SeqCst);
+    }
+
+    /// Removes the `rdtsc` hook, if any.
+    pub fn clear_rdtsc_hook(&self) {
+        let slot = &self.rdtsc_hook;
+        let mut h = slot.hook.lock().unwrap_or_else(|e| e.into_inner());
+        slot.generation.fetch_add(1, Ordering::SeqCst);
+        slot.installed.store(false, Ordering::SeqCst);
+        *h = None;
+    }
+
+    fn run_rdtsc_hook(&self) {
+        let slot = &self.rdtsc_hook;
+        let (hook, generation) = {
+            let mut h = slot.hook.lock().unwrap_or_else(|e| e.into_inner());
+            (h.take(), slot.generation.load(Ordering::SeqCst))
+        };
+        let Some(mut hook) = hook else { return };
+        hook(self);
+        let mut h = slot.hook.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.generation.load(Ordering::SeqCst) == generation && h.is_none() {
+            *h = Some(hook);
+        }
+    }
+
     /// Runs `f` on the KVM host (`None` if the machine has none).
     pub fn with_kvm<R>(&self, f: impl FnOnce(&mut KvmHost, &SimCtx<'_>) -> R) -> Option<R> {
         let mut st = self.lock();
@@ -550,6 +643,18 @@ impl SimMachine {
         self.memory.alloc_hv_page()
     }
 
+    /// The same memory as `mapped`, announced `by` bytes past its
+    /// guest-physical address: a misaligned buffer, for alignment checks.
+    /// The simulated hypervisors only write memory they find at the exact
+    /// address they were given, and nothing was allocated at this one, so
+    /// the buffer is never written through it.
+    pub fn misaligned<T: ?Sized>(&self, mapped: PhysMapped<T>, by: u64) -> PhysMapped<T> {
+        // SAFETY: in the simulator's fake physical space `phys + by` names
+        // no allocation (they are page-granular and looked up by exact
+        // address), so no simulated host ever writes through it.
+        unsafe { PhysMapped::new(mapped.get(), mapped.phys() + by) }
+    }
+
     fn garbage(leaf: u32, sub: u32) -> CpuidResult {
         let mut x = (leaf as u64) << 32 | sub as u64 | 0x9E37_79B9_0000_0000;
         let mut next = || {
@@ -598,10 +703,16 @@ impl SimMachine {
 impl Hardware for SimMachine {
     fn rdtsc(&self) -> u64 {
         self.counters.rdtsc.fetch_add(1, Ordering::SeqCst);
-        let mut st = self.lock();
-        self.tick(&mut st, self.config.costs.rdtsc_ns);
-        let ctx = ctx!(self, st);
-        ctx.tsc(ctx.cpu)
+        let tsc = {
+            let mut st = self.lock();
+            self.tick(&mut st, self.config.costs.rdtsc_ns);
+            let ctx = ctx!(self, st);
+            ctx.tsc(ctx.cpu)
+        };
+        if self.rdtsc_hook.installed.load(Ordering::SeqCst) {
+            self.run_rdtsc_hook();
+        }
+        tsc
     }
 
     fn rdtsc_ordered(&self) -> u64 {
@@ -655,10 +766,18 @@ impl Hardware for SimMachine {
         }
         let ctx = ctx!(self, st);
         let st = &mut *st;
-        if let Some(r) = st.kvm.as_mut().and_then(|k| k.wrmsr(&ctx, msr.number(), value)) {
+        if let Some(r) = st
+            .kvm
+            .as_mut()
+            .and_then(|k| k.wrmsr(&ctx, msr.number(), value))
+        {
             return r.unwrap_or_else(|()| panic!("simulated #GP: wrmsr {msr:?} = {value:#x}"));
         }
-        if let Some(r) = st.hyperv.as_mut().and_then(|h| h.wrmsr(&ctx, msr.number(), value)) {
+        if let Some(r) = st
+            .hyperv
+            .as_mut()
+            .and_then(|h| h.wrmsr(&ctx, msr.number(), value))
+        {
             return r.unwrap_or_else(|()| panic!("simulated #GP: wrmsr {msr:?} = {value:#x}"));
         }
         if self.config.unknown_msr == UnknownMsr::Fault {

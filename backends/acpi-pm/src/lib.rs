@@ -1,2 +1,274 @@
-//! clockhal acpi-pm backend (in progress).
+//! # clockhal-acpi-pm
+//!
+//! The ACPI power-management timer as a [`ClockSource`]: 3,579,545 Hz,
+//! 24 or 32 bits wide (FADT TMR_VAL_EXT), widened to 64 bits in software
+//! ([`WrapExtender`]), so it must be read at least every 2.34 s (24-bit)
+//! or every 10 min (32-bit); see [`ClockSource::max_read_interval`].
+//!
+//! Some PIIX4/ICH chipsets do not latch the counter, so a read racing a
+//! carry can return a torn value. [`AcpiPm::probe`] tests the counter the
+//! way FreeBSD does (back-to-back reads, none of which may step backwards;
+//! large forward steps are allowed: a vCPU can be descheduled between two
+//! reads) and picks a [`PmMode`]:
+//! - [`PmMode::Fast`]: one port read per read (quality 150);
+//! - [`PmMode::Verified`]: three reads that must be ordered, `v1 <= v2 <= v3`
+//!   modulo the wrap, returning `v2` (Linux's verified read; quality 120).
+//!
+//! ```
+//! use clockhal_acpi_pm::{AcpiPm, PmMode};
+//! use clockhal_core::{ClockSource, Policy};
+//! use clockhal_x86::sim::SimMachine;
+//!
+//! let m = SimMachine::kvm(); // QEMU: 24-bit at port 0x608
+//! let pm = AcpiPm::probe(&m, 0x608, false, &Policy::new()).unwrap();
+//! assert_eq!(pm.mode(), PmMode::Fast);
+//! assert_eq!(pm.frequency().hz_rounded(), 3_579_545);
+//! ```
+//!
+//! The port comes from the FADT ([`clockhal_x86::acpi`]) or from an OS that
+//! parsed ACPI itself.
 #![no_std]
+
+use clockhal_core::{ClockSource, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender};
+use clockhal_x86::{cpuid, Hardware};
+use core::fmt;
+
+/// The PM timer's fixed rate (ACPI spec: 3.579545 MHz).
+pub const PM_TIMER_HZ: u64 = 3_579_545;
+/// [`PM_TIMER_HZ`] as a [`Frequency`] (checked at compile time).
+pub const PM_FREQUENCY: Frequency = match Frequency::from_hz(PM_TIMER_HZ) {
+    Ok(f) => f,
+    Err(_) => panic!("PM timer rate out of range"),
+};
+/// Rating with single-read access ([`Quality`] band 100..=199).
+pub const FAST_QUALITY: Quality = Quality::new(150);
+/// Rating with the triple verified read.
+pub const VERIFIED_QUALITY: Quality = Quality::new(120);
+
+/// Reads spent waiting for the counter to move at probe (it advances by
+/// 3.6 ticks per µs; one port read takes ≥ 0.5 µs).
+const MAX_START_READS: u32 = 10_000;
+/// Latch test: back-to-back reads (FreeBSD tests 10 rounds of reads; here
+/// 10 x 32 reads in one run).
+const LATCH_READS: u32 = 10 * 32;
+/// Largest span of a verified triple read, in ticks (18 ms): a torn value
+/// in the middle shows up as a larger span or as a step backwards.
+const MAX_STEP: u32 = 1 << 16;
+/// Verified read: attempts before giving up on this read.
+const VERIFY_TRIES: u32 = 8;
+
+/// How reads are made, chosen at probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PmMode {
+    /// The counter latched correctly in every test round: one port read.
+    Fast,
+    /// The counter tore at least once: three ordered reads per value.
+    Verified,
+}
+
+/// Why [`AcpiPm::probe`] refused the timer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum AcpiPmError {
+    /// Port 0: the FADT names no PM timer.
+    ZeroPort,
+    /// The port reads all ones: nothing decodes it.
+    NoDevice,
+    /// The counter did not advance.
+    NotAdvancing,
+}
+
+impl fmt::Display for AcpiPmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AcpiPmError::ZeroPort => "ACPI PM timer port is 0",
+            AcpiPmError::NoDevice => "ACPI PM timer port reads all ones: no device",
+            AcpiPmError::NotAdvancing => "ACPI PM timer does not advance",
+        })
+    }
+}
+
+/// The ACPI PM timer, probed.
+pub struct AcpiPm<H: Hardware> {
+    hw: H,
+    port: u16,
+    mask: u32,
+    mode: PmMode,
+    stability: Stability,
+    ext: WrapExtender,
+}
+
+impl<H: Hardware> AcpiPm<H> {
+    /// Probes the PM timer at I/O `port`, 32 bits wide if `bits32` (FADT
+    /// TMR_VAL_EXT) else 24: checks that it exists and advances, then runs
+    /// the latch test to choose the [`PmMode`]. `policy` is accepted for
+    /// symmetry with the other backends.
+    pub fn probe(
+        hw: H,
+        port: u16,
+        bits32: bool,
+        policy: &Policy,
+    ) -> Result<AcpiPm<H>, AcpiPmError> {
+        let _ = policy;
+        if port == 0 {
+            return Err(AcpiPmError::ZeroPort);
+        }
+        let mask: u32 = if bits32 { u32::MAX } else { 0x00FF_FFFF };
+        // An absent port floats to all ones. A 32-bit counter also passes
+        // through 0xFFFFFFFF for one tick per wrap, so insist three times.
+        let first = hw.inl(port);
+        if first == u32::MAX && (0..2).all(|_| hw.inl(port) == u32::MAX) {
+            return Err(AcpiPmError::NoDevice);
+        }
+        if !(0..MAX_START_READS).any(|_| (hw.inl(port) ^ first) & mask != 0) {
+            return Err(AcpiPmError::NotAdvancing);
+        }
+        let mode = if latches(&hw, port, mask) {
+            PmMode::Fast
+        } else {
+            PmMode::Verified
+        };
+        let mut stability = Stability::MONOTONIC_PER_CPU
+            | Stability::MONOTONIC_ACROSS_CPUS
+            | Stability::INVARIANT_RATE
+            // Emulated by the VMM at its nominal rate wherever the VM runs.
+            | Stability::SURVIVES_MIGRATION
+            | Stability::SOFTWARE_EXTENDED;
+        if cpuid::hypervisor_present(&hw) {
+            stability |= Stability::TRAPS_EVERY_READ;
+        }
+        let ext = WrapExtender::new(if bits32 { 32 } else { 24 }, (hw.inl(port) & mask) as u64);
+        let pm = AcpiPm {
+            hw,
+            port,
+            mask,
+            mode,
+            stability,
+            ext,
+        };
+        // Start the timeline from a verified value in verified mode.
+        if mode == PmMode::Verified {
+            if let Some(v) = pm.verified_raw() {
+                pm.ext.reset(v as u64);
+            }
+        }
+        Ok(pm)
+    }
+
+    /// The read mode the latch test chose.
+    pub fn mode(&self) -> PmMode {
+        self.mode
+    }
+
+    /// The I/O port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Counter width: 24 or 32.
+    pub fn bits(&self) -> u32 {
+        self.mask.count_ones()
+    }
+
+    /// The hardware handle.
+    pub fn hardware(&self) -> &H {
+        &self.hw
+    }
+
+    #[inline(always)]
+    fn raw(&self) -> u32 {
+        self.hw.inl(self.port) & self.mask
+    }
+
+    /// Three reads in order modulo the wrap, spanning a plausible interval:
+    /// the middle one is good. `None` when every attempt tore.
+    fn verified_raw(&self) -> Option<u32> {
+        for _ in 0..VERIFY_TRIES {
+            let (v1, v2, v3) = (self.raw(), self.raw(), self.raw());
+            let d12 = v2.wrapping_sub(v1) & self.mask;
+            let d13 = v3.wrapping_sub(v1) & self.mask;
+            if d12 <= d13 && d13 <= MAX_STEP {
+                return Some(v2);
+            }
+        }
+        None
+    }
+}
+
+/// FreeBSD-style latch test: no step between back-to-back reads may go
+/// backwards. A non-latching counter eventually returns a torn value, and a
+/// torn value steps back — below the read before it, or (torn ahead) the
+/// next read steps back from it. A large step *forward* alone is not a
+/// failure: the vCPU may have been descheduled (or an SMI ran) between two
+/// reads; a torn-ahead value is caught by the read after it.
+///
+/// Backwards means "modulo the wrap, more than half the range forward":
+/// only a stall longer than half a wrap period (2.3 s at 24 bits) between
+/// two reads could be mistaken for one.
+fn latches<H: Hardware>(hw: &H, port: u16, mask: u32) -> bool {
+    let half_range = mask / 2;
+    let mut prev = hw.inl(port) & mask;
+    (0..LATCH_READS).all(|_| {
+        let v = hw.inl(port) & mask;
+        let step = v.wrapping_sub(prev) & mask;
+        prev = v;
+        step <= half_range
+    })
+}
+
+impl<H: Hardware> ClockSource for AcpiPm<H> {
+    fn name(&self) -> &'static str {
+        "acpi-pm"
+    }
+
+    /// Fast: one port read. Verified: three per attempt; if every attempt
+    /// tears (a broken chipset or a very unlucky preemption) the last value
+    /// is returned again, so time stalls for one read instead of jumping.
+    #[inline]
+    fn read(&self) -> u64 {
+        match self.mode {
+            PmMode::Fast => self.ext.extend(self.raw() as u64),
+            PmMode::Verified => match self.verified_raw() {
+                Some(v) => self.ext.extend(v as u64),
+                None => self.ext.last(),
+            },
+        }
+    }
+
+    fn frequency(&self) -> Frequency {
+        PM_FREQUENCY
+    }
+
+    fn quality(&self) -> Quality {
+        match self.mode {
+            PmMode::Fast => FAST_QUALITY,
+            PmMode::Verified => VERIFIED_QUALITY,
+        }
+    }
+
+    fn stability(&self) -> Stability {
+        self.stability
+    }
+
+    fn read_cost(&self) -> ReadCost {
+        match self.mode {
+            PmMode::Fast => ReadCost::OneTrap,
+            PmMode::Verified => ReadCost::SeveralTraps,
+        }
+    }
+
+    fn max_read_interval(&self) -> Option<u64> {
+        Some(self.ext.max_read_interval())
+    }
+}
+
+impl<H: Hardware> fmt::Debug for AcpiPm<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcpiPm")
+            .field("port", &self.port)
+            .field("bits", &self.bits())
+            .field("mode", &self.mode)
+            .finish()
+    }
+}

@@ -39,8 +39,15 @@ pub fn rsdp_is_valid(paddr: u64) -> bool {
 pub fn find_rsdp_in_bios() -> Option<u64> {
     // SAFETY: 0x40E (BDA: EBDA segment) is in identity-mapped low memory.
     let ebda = u64::from(unsafe { phys::read::<u16>(0x40E) }) << 4;
-    let ebda_range = if (0x8_0000..0xA_0000).contains(&ebda) { ebda..ebda + 1024 } else { 0..0 };
-    ebda_range.chain(0xE_0000..0x10_0000).step_by(16).find(|&p| rsdp_is_valid(p))
+    let ebda_range = if (0x8_0000..0xA_0000).contains(&ebda) {
+        ebda..ebda + 1024
+    } else {
+        0..0
+    };
+    ebda_range
+        .chain(0xE_0000..0x10_0000)
+        .step_by(16)
+        .find(|&p| rsdp_is_valid(p))
 }
 
 /// Physical address of the first ACPI table with `signature` (e.g. `*b"HPET"`),
@@ -48,7 +55,8 @@ pub fn find_rsdp_in_bios() -> Option<u64> {
 pub fn find_table(rsdp_paddr: u64, signature: [u8; 4]) -> Option<u64> {
     tables(rsdp_paddr)?.find(|&table| {
         // SAFETY: `tables` only yields checksum-verified, mapped tables.
-        unsafe { phys::read::<[u8; 4]>(table) } == signature
+        let found: [u8; 4] = unsafe { phys::read(table) };
+        found == signature
     })
 }
 
@@ -59,11 +67,19 @@ fn tables(rsdp_paddr: u64) -> Option<impl Iterator<Item = u64>> {
     }
     // SAFETY: the RSDP was validated (36 mapped bytes).
     let revision: u8 = unsafe { phys::read(rsdp_paddr + 15) };
-    // SAFETY: as above; offset 24 = XSDT address (revision >= 2).
-    let xsdt: u64 = if revision >= 2 { unsafe { phys::read(rsdp_paddr + 24) } } else { 0 };
+    let xsdt: u64 = if revision >= 2 {
+        // SAFETY: as above; offset 24 = XSDT address (revision >= 2).
+        unsafe { phys::read(rsdp_paddr + 24) }
+    } else {
+        0
+    };
     // SAFETY: as above; offset 16 = RSDT address.
     let rsdt = u64::from(unsafe { phys::read::<u32>(rsdp_paddr + 16) });
-    let (root, entry_len) = if xsdt != 0 && table_is_valid(xsdt) { (xsdt, 8) } else { (rsdt, 4) };
+    let (root, entry_len) = if xsdt != 0 && table_is_valid(xsdt) {
+        (xsdt, 8)
+    } else {
+        (rsdt, 4)
+    };
     if !table_is_valid(root) {
         return None;
     }
@@ -128,7 +144,10 @@ pub fn for_each_local_apic(rsdp_paddr: u64, mut f: impl FnMut(LocalApic)) -> boo
                 // SAFETY: as above; flags at offset 4.
                 let flags: u32 = unsafe { phys::read(at + 4) };
                 if flags & 1 != 0 {
-                    f(LocalApic { processor_uid: u32::from(uid), apic_id: u32::from(apic_id) });
+                    f(LocalApic {
+                        processor_uid: u32::from(uid),
+                        apic_id: u32::from(apic_id),
+                    });
                 }
             }
             (9, 16..) => {
@@ -139,7 +158,10 @@ pub fn for_each_local_apic(rsdp_paddr: u64, mut f: impl FnMut(LocalApic)) -> boo
                 // SAFETY: as above.
                 let uid: u32 = unsafe { phys::read(at + 12) };
                 if flags & 1 != 0 {
-                    f(LocalApic { processor_uid: uid, apic_id });
+                    f(LocalApic {
+                        processor_uid: uid,
+                        apic_id,
+                    });
                 }
             }
             _ => {}

@@ -171,11 +171,27 @@ extern "C" fn clockhal_boot_exception(frame: &mut ExceptionFrame) {
 
 fn name(vector: u64) -> &'static str {
     const NAMES: [&str; 21] = [
-        "#DE divide", "#DB debug", "NMI", "#BP breakpoint", "#OF overflow", "#BR bound",
-        "#UD invalid opcode", "#NM no FPU", "#DF double fault", "coprocessor overrun",
-        "#TS invalid TSS", "#NP segment not present", "#SS stack fault", "#GP general protection",
-        "#PF page fault", "reserved", "#MF x87", "#AC alignment", "#MC machine check",
-        "#XM SIMD", "#VE virtualization",
+        "#DE divide",
+        "#DB debug",
+        "NMI",
+        "#BP breakpoint",
+        "#OF overflow",
+        "#BR bound",
+        "#UD invalid opcode",
+        "#NM no FPU",
+        "#DF double fault",
+        "coprocessor overrun",
+        "#TS invalid TSS",
+        "#NP segment not present",
+        "#SS stack fault",
+        "#GP general protection",
+        "#PF page fault",
+        "reserved",
+        "#MF x87",
+        "#AC alignment",
+        "#MC machine check",
+        "#XM SIMD",
+        "#VE virtualization",
     ];
     NAMES.get(vector as usize).copied().unwrap_or("reserved/other")
 }
@@ -200,10 +216,8 @@ pub(crate) fn init() {
     for (gate, &handler) in idt.iter_mut().zip(handlers) {
         // Present, DPL 0, 64-bit interrupt gate (IF cleared on entry), IST 0.
         let type_attr: u64 = 0x8E;
-        gate[0] = (handler & 0xFFFF)
-            | (u64::from(gdt::CODE64) << 16)
-            | (type_attr << 40)
-            | ((handler >> 16) & 0xFFFF) << 48;
+        gate[0] =
+            (handler & 0xFFFF) | (u64::from(gdt::CODE64) << 16) | (type_attr << 40) | ((handler >> 16) & 0xFFFF) << 48;
         gate[1] = handler >> 32;
     }
 }

@@ -50,6 +50,7 @@ pub mod serial;
 pub mod smp;
 mod start_info;
 mod timeout;
+mod trampoline;
 
 pub use exit::{exit_qemu, EXIT_FAILURE, EXIT_SUCCESS};
 pub use msr::{try_rdmsr, try_wrmsr};
@@ -90,6 +91,7 @@ macro_rules! entry {
 /// The [`BootInfo`] handed to the kernel's entry function.
 ///
 /// Returns `None` only before the entry function runs.
+#[must_use]
 pub fn boot_info() -> Option<&'static BootInfo> {
     start_info::get()
 }

@@ -65,7 +65,7 @@ extern "C" {
 pub(crate) fn fixup_for(rip: u64) -> Option<u64> {
     let rd = core::ptr::addr_of!(clockhal_boot_rdmsr_insn) as u64;
     let wr = core::ptr::addr_of!(clockhal_boot_wrmsr_insn) as u64;
-    (rip == rd || rip == wr).then(|| core::ptr::addr_of!(clockhal_boot_msr_fault) as u64)
+    (rip == rd || rip == wr).then_some(core::ptr::addr_of!(clockhal_boot_msr_fault) as u64)
 }
 
 /// Reads `msr`, or `None` if RDMSR faulted (#GP: the MSR does not exist).
@@ -73,6 +73,7 @@ pub(crate) fn fixup_for(rip: u64) -> Option<u64> {
 /// Works on any CPU started by this crate, concurrently. Cost: one RDMSR plus
 /// a call; a fault costs an exception round trip. Requires the crate's IDT
 /// (do not replace it). Under TCG absent MSRs read as `Some(0)`.
+#[must_use]
 pub fn try_rdmsr(msr: u32) -> Option<u64> {
     let mut value = 0u64;
     // SAFETY: the probe only executes RDMSR and writes `value`, a live local;

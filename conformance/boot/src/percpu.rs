@@ -68,7 +68,8 @@ pub(crate) fn init_this_cpu(index: usize, apic_id: u32) {
 }
 
 /// Index of the executing CPU (0 = boot CPU). Cost: one memory load.
-#[inline(always)]
+#[inline]
+#[must_use]
 pub fn current_cpu() -> usize {
     let index: usize;
     // SAFETY: every CPU sets its GS base (init_this_cpu) before running any

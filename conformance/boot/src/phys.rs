@@ -6,10 +6,11 @@
 /// End of the identity map.
 const MAPPED_END: u64 = 1 << 32;
 
-/// Whether `[paddr, paddr + len)` lies inside the identity map (and is not
-/// the null page, which real data never uses).
+/// Whether `[paddr, paddr + len)` lies inside the identity map. Address 0
+/// counts as "absent" (firmware uses it for "no such structure"); the rest of
+/// page 0 is valid (QEMU's PVH memory map lives there).
 pub(crate) fn is_mapped(paddr: u64, len: u64) -> bool {
-    paddr >= 0x1000 && paddr.checked_add(len).is_some_and(|end| end <= MAPPED_END)
+    paddr != 0 && paddr.checked_add(len).is_some_and(|end| end <= MAPPED_END)
 }
 
 /// Reads a `T` at physical address `paddr` (any alignment).

@@ -80,21 +80,25 @@ pub fn lock() -> SerialGuard {
     if OWNER.load(Ordering::Relaxed) == me {
         return SerialGuard { release: false };
     }
-    let deadline = Deadline::after_ms(LOCK_STEAL_MS);
-    loop {
-        if OWNER
-            .compare_exchange_weak(UNLOCKED, me, Ordering::Acquire, Ordering::Relaxed)
+    let try_take = || {
+        OWNER
+            .compare_exchange(UNLOCKED, me, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
-        {
-            return SerialGuard { release: true };
-        }
+    };
+    if try_take() {
+        return SerialGuard { release: true };
+    }
+    // Contended: only now pay for reading the TSC.
+    let deadline = Deadline::after_ms(LOCK_STEAL_MS);
+    while !try_take() {
         if deadline.expired() {
             // The holder is stuck (or dead): a garbled line beats silence.
-            OWNER.store(me, Ordering::Acquire);
-            return SerialGuard { release: true };
+            OWNER.swap(me, Ordering::Acquire);
+            break;
         }
         core::hint::spin_loop();
     }
+    SerialGuard { release: true }
 }
 
 impl Write for SerialGuard {

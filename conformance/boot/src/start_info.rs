@@ -69,7 +69,8 @@ pub struct BootInfo {
     /// Kernel command line (QEMU `-append`); empty if none. Cut at 4095 bytes
     /// or at the first invalid UTF-8 byte.
     pub cmdline: &'static str,
-    /// Firmware memory map (up to 64 entries; empty before start info v1).
+    /// Firmware memory map (up to 64 non-empty entries; empty before start
+    /// info version 1).
     pub memory_map: &'static [MemoryRegion],
 }
 
@@ -90,7 +91,13 @@ static STORAGE: Storage = Storage {
     ready: AtomicBool::new(false),
     info: UnsafeCell::new(MaybeUninit::uninit()),
     cmdline: UnsafeCell::new([0; CMDLINE_MAX]),
-    memory_map: UnsafeCell::new([MemoryRegion { base: 0, size: 0, kind: 0 }; MEMMAP_MAX]),
+    memory_map: UnsafeCell::new(
+        [MemoryRegion {
+            base: 0,
+            size: 0,
+            kind: 0,
+        }; MEMMAP_MAX],
+    ),
 };
 
 /// The boot data, once [`init`] ran.
@@ -199,17 +206,23 @@ fn copy_memory_map(
     if paddr == 0 || !phys::is_mapped(paddr, count as u64 * ENTRY_LEN) {
         return &[];
     }
-    for (i, slot) in buf.iter_mut().take(count).enumerate() {
+    let mut kept = 0;
+    for i in 0..count {
         let entry = paddr + i as u64 * ENTRY_LEN;
         // SAFETY: the whole table is mapped (checked above) and is RAM.
-        unsafe {
-            *slot = MemoryRegion {
+        let region = unsafe {
+            MemoryRegion {
                 base: phys::read(entry),
                 size: phys::read(entry + 8),
                 kind: phys::read(entry + 16),
-            };
+            }
+        };
+        // QEMU's microvm map ends with an all-zero entry: drop empty ones.
+        if region.size != 0 {
+            buf[kept] = region;
+            kept += 1;
         }
     }
     let buf: &'static [MemoryRegion; MEMMAP_MAX] = buf; // done writing
-    &buf[..count]
+    &buf[..kept]
 }

@@ -65,7 +65,9 @@ impl Deadline {
     /// About `us` microseconds from now.
     pub(crate) fn after_us(us: u64) -> Self {
         let cycles = us.saturating_mul(tsc_khz()) / 1000;
-        Deadline { end: cpu::rdtsc().saturating_add(cycles) }
+        Deadline {
+            end: cpu::rdtsc().saturating_add(cycles),
+        }
     }
 
     /// Whether the deadline has passed.

@@ -38,9 +38,6 @@ clockhal_boot_ap_start:
 .global clockhal_boot_ap_data
 clockhal_boot_ap_data:
     .skip {d_size}
-.if clockhal_boot_ap_data - clockhal_boot_ap_start - {data_off}
-.error "AP trampoline data block must sit at offset DATA_OFF"
-.endif
 
 clockhal_boot_ap_16:
     cli
@@ -95,7 +92,6 @@ clockhal_boot_ap_64:
 .global clockhal_boot_ap_end
 clockhal_boot_ap_end:
 "#,
-    data_off = const DATA_OFF,
     d_gdtr = const D_GDTR,
     d_far32 = const D_FAR32,
     d_far64 = const D_FAR64,
@@ -111,6 +107,7 @@ clockhal_boot_ap_end:
 
 extern "C" {
     static clockhal_boot_ap_start: u8;
+    static clockhal_boot_ap_data: u8;
     static clockhal_boot_ap_32: u8;
     static clockhal_boot_ap_64: u8;
     static clockhal_boot_ap_end: u8;
@@ -142,6 +139,7 @@ impl Trampoline {
         assert!(page % 4096 == 0 && (0x1000..0xA0000).contains(&page));
         let len = code_len() as usize;
         assert!(len <= 4096, "AP trampoline larger than a page");
+        assert_eq!(offset_of(core::ptr::addr_of!(clockhal_boot_ap_data)), DATA_OFF);
         let mut saved = [0u8; 4096];
         // SAFETY: the caller gives us the page; the source is our own rodata.
         unsafe {

@@ -1,0 +1,30 @@
+//! Helpers shared by the backends' criterion benches
+//! (`#[path = "../../bench_support.rs"] mod bench_support;`).
+
+use criterion::black_box;
+use std::time::{Duration, Instant};
+
+/// This machine's TSC rate in Hz against `Instant` over ~50 ms.
+pub fn calibrate_tsc_hz(native: &clockhal_x86::Native) -> u64 {
+    use clockhal_x86::Hardware;
+    let (t0, c0) = (Instant::now(), native.rdtsc_ordered());
+    while t0.elapsed() < Duration::from_millis(50) {}
+    let (c1, t1) = (native.rdtsc_ordered(), Instant::now());
+    ((c1 - c0) as u128 * 1_000_000_000 / (t1 - t0).as_nanos()) as u64
+}
+
+/// Median over 301 rounds of `time(b) / time(a)`, each round timing 10,000
+/// calls of `a` then of `b` back to back: on a shared, noisy machine the
+/// ratio of neighbouring blocks is steadier than medians taken seconds apart.
+pub fn interleaved_ratio(a: impl Fn() -> u64, b: impl Fn() -> u64) -> f64 {
+    fn block(f: &impl Fn() -> u64) -> f64 {
+        let t = Instant::now();
+        for _ in 0..10_000 {
+            black_box(f());
+        }
+        t.elapsed().as_nanos() as f64
+    }
+    let mut ratios: Vec<f64> = (0..301).map(|_| block(&b) / block(&a)).collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}

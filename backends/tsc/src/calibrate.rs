@@ -1,0 +1,324 @@
+//! Measuring the TSC rate against a reference clock.
+//!
+//! Method: take a group of samples at the start and at the end of a spin of
+//! `budget` reference time. A sample is `(a, r, b)`: an ordered TSC read, a
+//! reference read, an ordered TSC read; the reference was read somewhere
+//! in the window `a..=b`, so its TSC time is the midpoint ± half the window.
+//! Samples with an outsized window (an interrupt, an SMI, a descheduled
+//! vCPU) are dropped, the rest averaged per group, and the rate is
+//! `ΔTSC / Δreference × reference rate`.
+//!
+//! The reported uncertainty is a bound, in ppm, on the relative error that
+//! adds up:
+//! - the mean read-back windows: `(w̄_start + w̄_end) / 2` TSC ticks of
+//!   ΔTSC;
+//! - the reference's resolution (1 tick of Δreference) plus twice the
+//!   largest scatter of a reference reading around the fitted line (the
+//!   group means can be off by at most that much each), in reference ticks.
+//!
+//! The reference's own rate error is not included: it is taken as exact
+//! (HPET and PM timer rates are fixed by their spec, an OS-supplied clock
+//! is the OS's word).
+
+use clockhal_core::{ClockSource, Duration, Frequency, FrequencyError, Scale};
+use clockhal_x86::Hardware;
+use core::fmt;
+
+/// Samples per group (start and end).
+const SAMPLES: usize = 16;
+/// A sample whose window exceeds this multiple of the group's smallest
+/// window (plus a small allowance) is dropped.
+const WINDOW_OUTLIER_FACTOR: u64 = 2;
+/// Spin reads of the reference at most: bounds a reference that never
+/// advances (or advances far slower than it claims). Raised to one read
+/// per 8 ns of budget for long budgets with cheap references.
+const MIN_SPIN_READS: u64 = 1 << 22;
+/// While spinning, give up once the TSC has advanced this many ticks per
+/// nanosecond of budget (20 GHz: faster than any TSC), so a stuck but
+/// slow-to-read reference cannot hold us for long either.
+const MAX_TSC_TICKS_PER_NS: u64 = 20;
+/// Check the TSC guard every this many spin reads.
+const GUARD_EVERY: u64 = 256;
+
+/// A measured TSC rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Calibration {
+    /// The measured rate.
+    pub rate: Frequency,
+    /// Bound on the relative error in ppm (rounded up).
+    pub uncertainty_ppm: u32,
+    /// Name of the reference clock.
+    pub reference: &'static str,
+    /// Reference ticks between the group means.
+    pub reference_ticks: u64,
+    /// TSC ticks between the group means.
+    pub tsc_ticks: u64,
+}
+
+/// Why a calibration produced no rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CalibrationError {
+    /// The budget is shorter than two reference ticks.
+    BudgetTooShort,
+    /// The reference did not advance through the budget within the read and
+    /// TSC bounds.
+    ReferenceStuck,
+    /// The reference went backwards.
+    ReferenceBackwards,
+    /// The TSC went backwards inside a sample (the thread moved to another
+    /// CPU: calibrate pinned to one CPU).
+    TscBackwards,
+    /// The measured rate is outside what `Frequency` or a TSC can be.
+    Implausible,
+    /// Arithmetic overflow (absurd reference rate or budget).
+    Overflow,
+}
+
+impl fmt::Display for CalibrationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CalibrationError::BudgetTooShort => {
+                "calibration budget shorter than two reference ticks"
+            }
+            CalibrationError::ReferenceStuck => "calibration reference did not advance",
+            CalibrationError::ReferenceBackwards => "calibration reference went backwards",
+            CalibrationError::TscBackwards => {
+                "TSC went backwards during calibration (CPU migration?)"
+            }
+            CalibrationError::Implausible => "calibrated TSC rate is implausible",
+            CalibrationError::Overflow => "calibration arithmetic overflowed",
+        })
+    }
+}
+
+impl From<FrequencyError> for CalibrationError {
+    fn from(_: FrequencyError) -> Self {
+        CalibrationError::Implausible
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    /// TSC before and after, relative to the calibration's first TSC read.
+    a: u64,
+    b: u64,
+    /// Reference reading, relative to the first reference reading.
+    r: u64,
+}
+
+impl Sample {
+    fn window(&self) -> u64 {
+        self.b - self.a
+    }
+    /// Twice the midpoint (keeps the half tick).
+    fn mid2(&self) -> u128 {
+        self.a as u128 + self.b as u128
+    }
+}
+
+/// One group's filtered means, scaled to keep fractions: `mid2_sum` and
+/// `r_sum` over `n` samples.
+struct Group {
+    samples: [Sample; SAMPLES],
+    keep: [bool; SAMPLES],
+    n: u128,
+    mid2_sum: u128,
+    r_sum: u128,
+    window_sum: u128,
+}
+
+struct Origin {
+    tsc: u64,
+    reference: u64,
+}
+
+fn sample<H: Hardware>(
+    hw: &H,
+    reference: &dyn ClockSource,
+    o: &Origin,
+) -> Result<Sample, CalibrationError> {
+    let a = hw.rdtsc_ordered();
+    let r = reference.read();
+    let b = hw.rdtsc_ordered();
+    if b < a || a < o.tsc {
+        return Err(CalibrationError::TscBackwards);
+    }
+    let r = r
+        .checked_sub(o.reference)
+        .ok_or(CalibrationError::ReferenceBackwards)?;
+    Ok(Sample {
+        a: a - o.tsc,
+        b: b - o.tsc,
+        r,
+    })
+}
+
+fn group<H: Hardware>(
+    hw: &H,
+    reference: &dyn ClockSource,
+    o: &Origin,
+) -> Result<Group, CalibrationError> {
+    let mut samples = [Sample::default(); SAMPLES];
+    for s in samples.iter_mut() {
+        *s = sample(hw, reference, o)?;
+    }
+    if samples.windows(2).any(|w| w[1].r < w[0].r) {
+        return Err(CalibrationError::ReferenceBackwards);
+    }
+    let min = samples.iter().map(Sample::window).min().unwrap_or(0);
+    // Allowance of 64 ticks so a zero or tiny minimum window does not drop
+    // ordinary samples.
+    let limit = min.saturating_mul(WINDOW_OUTLIER_FACTOR).saturating_add(64);
+    let mut g = Group {
+        samples,
+        keep: [false; SAMPLES],
+        n: 0,
+        mid2_sum: 0,
+        r_sum: 0,
+        window_sum: 0,
+    };
+    for (s, k) in g.samples.iter().zip(g.keep.iter_mut()) {
+        if s.window() <= limit {
+            *k = true;
+            g.n += 1;
+            g.mid2_sum += s.mid2();
+            g.r_sum += s.r as u128;
+            g.window_sum += s.window() as u128;
+        }
+    }
+    Ok(g)
+}
+
+/// Largest |residual| of a group's reference readings around the line of
+/// slope `dr / dt2` (reference ticks per half TSC tick) through the group's
+/// means, in reference ticks, rounded up.
+fn max_residual(g: &Group, dr: i128, dt2: i128) -> Result<u128, CalibrationError> {
+    let n = g.n as i128;
+    let mut worst: u128 = 0;
+    for (s, _) in g.samples.iter().zip(g.keep).filter(|(_, k)| *k) {
+        // residual * n * dt2 = (r*n - r_sum) * dt2 - dr * (mid2*n - mid2_sum)
+        let dr_i = (s.r as i128) * n - g.r_sum as i128;
+        let dm_i = (s.mid2() as i128) * n - g.mid2_sum as i128;
+        let e = dr_i
+            .checked_mul(dt2)
+            .and_then(|x| dr.checked_mul(dm_i).and_then(|y| x.checked_sub(y)))
+            .ok_or(CalibrationError::Overflow)?;
+        let scale = (n * dt2) as u128;
+        worst = worst.max(e.unsigned_abs().div_ceil(scale));
+    }
+    Ok(worst)
+}
+
+fn ppm_ceil(error: u128, of: u128) -> u128 {
+    (error * 1_000_000).div_ceil(of.max(1))
+}
+
+/// Measures the TSC rate against `reference` over `budget` of reference
+/// time (plus 2×16 samples).
+///
+/// Run it on one CPU with preemption off where possible; the TSC is read
+/// with [`Hardware::rdtsc_ordered`]. Bounded: at most 2^22 spin reads of the
+/// reference (or one per 8 ns of budget if more), and at most
+/// `budget × 20 GHz` TSC ticks of spinning.
+///
+/// ```
+/// use clockhal_core::{Duration, Policy};
+/// use clockhal_hpet::Hpet;
+/// use clockhal_tsc::calibrate;
+/// use clockhal_x86::sim::SimMachine;
+/// let m = SimMachine::kvm();
+/// let hpet = Hpet::probe(&m, m.hpet_region().unwrap(), &Policy::new()).unwrap();
+/// let c = calibrate(&m, &hpet, Duration::from_millis(10)).unwrap();
+/// let err_ppb = c.rate.ppb_from(&clockhal_core::Frequency::from_hz(2_600_000_000).unwrap());
+/// assert!(err_ppb.unsigned_abs() <= c.uncertainty_ppm as u64 * 1_000);
+/// ```
+pub fn calibrate<H: Hardware>(
+    hw: &H,
+    reference: &dyn ClockSource,
+    budget: Duration,
+) -> Result<Calibration, CalibrationError> {
+    let ref_rate = reference.frequency();
+    let target = Scale::new(ref_rate).ns_to_ticks(budget.as_nanos());
+    if target < 2 {
+        return Err(CalibrationError::BudgetTooShort);
+    }
+    let origin = Origin {
+        tsc: hw.rdtsc_ordered(),
+        reference: reference.read(),
+    };
+    let start = group(hw, reference, &origin)?;
+    let r_first = start.samples[0].r;
+
+    // Spin until `target` reference ticks have passed, within bounds.
+    let guard = budget.as_nanos().saturating_mul(MAX_TSC_TICKS_PER_NS);
+    let spin_start = hw.rdtsc_ordered();
+    let max_reads = MIN_SPIN_READS.max(budget.as_nanos() / 8);
+    let mut reads = 0u64;
+    loop {
+        let r = reference
+            .read()
+            .checked_sub(origin.reference)
+            .ok_or(CalibrationError::ReferenceBackwards)?;
+        if r.saturating_sub(r_first) >= target {
+            break;
+        }
+        reads += 1;
+        if reads >= max_reads
+            || (reads % GUARD_EVERY == 0 && hw.rdtsc_ordered().wrapping_sub(spin_start) > guard)
+        {
+            return Err(CalibrationError::ReferenceStuck);
+        }
+    }
+    let end = group(hw, reference, &origin)?;
+
+    // Differences of the group means, scaled by n_start * n_end (and x2 for
+    // the TSC midpoints) to stay in integers.
+    let (n0, n1) = (start.n, end.n);
+    let dt2 = (end.mid2_sum * n0)
+        .checked_sub(start.mid2_sum * n1)
+        .ok_or(CalibrationError::TscBackwards)?;
+    let dr = (end.r_sum * n0)
+        .checked_sub(start.r_sum * n1)
+        .ok_or(CalibrationError::ReferenceBackwards)?;
+    if dr == 0 {
+        return Err(CalibrationError::ReferenceStuck);
+    }
+    if dt2 == 0 {
+        return Err(CalibrationError::Implausible); // a TSC that stood still
+    }
+    // rate = (dt2 / 2) / dr * num / den.
+    let num = dt2
+        .checked_mul(ref_rate.numerator() as u128)
+        .ok_or(CalibrationError::Overflow)?;
+    let den = (2 * dr)
+        .checked_mul(ref_rate.denominator() as u128)
+        .ok_or(CalibrationError::Overflow)?;
+    let rate = Frequency::from_ratio(num, den)?;
+    if !crate::provenance::plausible(&rate) {
+        return Err(CalibrationError::Implausible);
+    }
+
+    // Uncertainty, in unscaled ticks.
+    let nn = n0 * n1;
+    let tsc_ticks = dt2 / (2 * nn);
+    let ref_ticks = dr / nn;
+    let window_err = (start.window_sum * n1 + end.window_sum * n0).div_ceil(2 * nn);
+    // Residual slope: reference ticks per half TSC tick, as dr / dt2 (the
+    // common scale cancels).
+    let (dr_i, dt2_i) = (
+        i128::try_from(dr).map_err(|_| CalibrationError::Overflow)?,
+        i128::try_from(dt2).map_err(|_| CalibrationError::Overflow)?,
+    );
+    let scatter = max_residual(&start, dr_i, dt2_i)?.max(max_residual(&end, dr_i, dt2_i)?);
+    let ref_err = 1 + 2 * scatter;
+    let ppm = ppm_ceil(window_err, tsc_ticks) + ppm_ceil(ref_err, ref_ticks);
+    Ok(Calibration {
+        rate,
+        uncertainty_ppm: u32::try_from(ppm).unwrap_or(u32::MAX),
+        reference: reference.name(),
+        reference_ticks: u64::try_from(ref_ticks).unwrap_or(u64::MAX),
+        tsc_ticks: u64::try_from(tsc_ticks).unwrap_or(u64::MAX),
+    })
+}

@@ -1,0 +1,169 @@
+//! A user-space stand-in for a hypervisor's CPUID and MSRs, with the real
+//! TSC.
+//!
+//! The kvmclock and Hyper-V backends are built by probing: CPUID must name
+//! the hypervisor and its clock features, and the probe registers the clock
+//! memory with an MSR write. A host tool cannot do either for real (and
+//! need not: it fills the page itself, see [`pages`](crate::pages)). So the
+//! bench builds those backends on [`UserHw`]: `rdtsc`, `rdtsc_ordered` and
+//! `rdtscp` are the real instructions ([`Native::hosted`]), CPUID is real
+//! except for the hypervisor leaves, which present a minimal KVM or Hyper-V
+//! ([`Persona`]), and MSRs read 0 and drop writes. The read paths being
+//! timed are therefore exactly the backends' own, on the real TSC.
+
+use clockhal_x86::cpuid::{HYPERV_SIGNATURE, KVM_SIGNATURE};
+use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr, Native};
+
+/// Which hypervisor [`UserHw`]'s CPUID presents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persona {
+    /// KVM with CLOCKSOURCE, CLOCKSOURCE2 and CLOCKSOURCE_STABLE_BIT.
+    Kvm,
+    /// Hyper-V ("Hv#1") offering only the reference TSC page (no
+    /// TIME_REF_COUNT, so no MSR is ever read for time).
+    Hyperv,
+}
+
+/// Real TSC, real CPUID outside the hypervisor leaves, inert MSRs.
+#[derive(Clone, Copy, Debug)]
+pub struct UserHw {
+    native: Native,
+    persona: Persona,
+    rdtscp_ordered: bool,
+}
+
+impl UserHw {
+    /// The stand-in for `persona`; `rdtsc_ordered` is `Native`'s
+    /// (`lfence; rdtsc`, `mfence; rdtsc` on AMD).
+    pub fn new(persona: Persona) -> UserHw {
+        UserHw {
+            native: Native::hosted(),
+            persona,
+            rdtscp_ordered: false,
+        }
+    }
+
+    /// The same, but `rdtsc_ordered` is `rdtscp` (what Linux's
+    /// `rdtsc_ordered` and its vDSO use when the CPU has it): for measuring
+    /// what that choice would save. `None` without RDTSCP.
+    pub fn with_rdtscp_ordering(persona: Persona) -> Option<UserHw> {
+        let hw = UserHw {
+            rdtscp_ordered: true,
+            ..UserHw::new(persona)
+        };
+        clockhal_x86::cpuid::has_rdtscp(&hw.native).then_some(hw)
+    }
+}
+
+/// EBX, ECX, EDX of a 12-byte signature.
+fn signature(max_leaf: u32, sig: &[u8; 12]) -> CpuidResult {
+    let word = |i: usize| u32::from_le_bytes([sig[i], sig[i + 1], sig[i + 2], sig[i + 3]]);
+    CpuidResult {
+        eax: max_leaf,
+        ebx: word(0),
+        ecx: word(4),
+        edx: word(8),
+    }
+}
+
+impl Hardware for UserHw {
+    #[inline(always)]
+    fn rdtsc(&self) -> u64 {
+        self.native.rdtsc()
+    }
+    #[inline(always)]
+    fn rdtsc_ordered(&self) -> u64 {
+        // rdtscp waits for every earlier instruction and load, like the
+        // fence it replaces.
+        if self.rdtscp_ordered {
+            self.native.rdtscp().0
+        } else {
+            self.native.rdtsc_ordered()
+        }
+    }
+    #[inline(always)]
+    fn rdtscp(&self) -> (u64, u32) {
+        self.native.rdtscp()
+    }
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult {
+        const NONE: CpuidResult = CpuidResult {
+            eax: 0,
+            ebx: 0,
+            ecx: 0,
+            edx: 0,
+        };
+        match (self.persona, leaf) {
+            (_, 1) => {
+                let mut r = self.native.cpuid(1, subleaf);
+                r.ecx |= 1 << 31; // hypervisor present
+                r
+            }
+            (Persona::Kvm, 0x4000_0000) => signature(0x4000_0001, KVM_SIGNATURE),
+            // CLOCKSOURCE | CLOCKSOURCE2 | CLOCKSOURCE_STABLE_BIT.
+            (Persona::Kvm, 0x4000_0001) => CpuidResult {
+                eax: 1 | 1 << 3 | 1 << 24,
+                ..NONE
+            },
+            (Persona::Hyperv, 0x4000_0000) => signature(0x4000_0005, HYPERV_SIGNATURE),
+            (Persona::Hyperv, 0x4000_0001) => CpuidResult {
+                eax: 0x3123_7648, // "Hv#1"
+                ..NONE
+            },
+            // Partition privileges: AccessPartitionReferenceTsc only.
+            (Persona::Hyperv, 0x4000_0003) => CpuidResult {
+                eax: 1 << 9,
+                ..NONE
+            },
+            (_, 0x4000_0000..=0x4000_FFFF) => NONE,
+            _ => self.native.cpuid(leaf, subleaf),
+        }
+    }
+    fn rdmsr(&self, msr: Msr) -> u64 {
+        let _ = msr;
+        0
+    }
+    /// Dropped: the bench writes its pages itself, and no MSR is executed.
+    unsafe fn wrmsr(&self, msr: Msr, value: u64) {
+        let _ = (msr, value);
+    }
+    fn inl(&self, port: u16) -> u32 {
+        let _ = port;
+        u32::MAX
+    }
+    fn mmio_read32(&self, region: MmioRegion, offset: usize) -> u32 {
+        let _ = (region, offset);
+        u32::MAX
+    }
+    fn mmio_read64(&self, region: MmioRegion, offset: usize) -> u64 {
+        let _ = (region, offset);
+        u64::MAX
+    }
+    fn mmio_write32(&self, region: MmioRegion, offset: usize, value: u32) {
+        let _ = (region, offset, value);
+    }
+    fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64) {
+        let _ = (region, offset, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clockhal_x86::cpuid;
+
+    #[test]
+    fn personas_are_found_by_the_arch_decoders() {
+        let kvm = UserHw::new(Persona::Kvm);
+        let (_, f) = cpuid::kvm(&kvm).expect("KVM persona");
+        assert!(f.contains(
+            cpuid::KvmFeatures::CLOCKSOURCE2 | cpuid::KvmFeatures::CLOCKSOURCE_STABLE_BIT
+        ));
+        assert!(cpuid::hyperv(&kvm).is_none());
+        let hv = UserHw::new(Persona::Hyperv);
+        let (_, f) = cpuid::hyperv(&hv).expect("Hyper-V persona");
+        assert!(f.reference_tsc() && !f.time_ref_count());
+        // The TSC is the real one: it advances.
+        let a = hv.rdtsc_ordered();
+        assert!(hv.rdtsc_ordered() > a);
+    }
+}

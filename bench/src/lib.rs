@@ -1,0 +1,21 @@
+//! # clockhal-bench
+//!
+//! Host tool (std, Linux x86_64, not published): measures what one clock
+//! read costs through clockhal's backends next to `rdtsc`, the vDSO, `std`,
+//! `quanta` and `minstant` (`cargo run -p clockhal-bench --release`, see
+//! `bench/README.md`), and holds the helpers its live tests use to check the
+//! kvmclock read path against the kernel's real pvclock page.
+//!
+//! - [`host`]: CLOCK_MONOTONIC_RAW, CPU pinning, and TSC calibration
+//!   against CLOCK_MONOTONIC_RAW.
+//! - [`pages`]: hypervisor pages written once from user space (a pvclock
+//!   area and a Hyper-V reference page with the real TSC rate), so the
+//!   paravirtual read paths can be timed without a hypervisor writing them.
+//! - [`measure`]: batched timing and the median/min/max statistics.
+//! - [`report`]: the human table and `read-cost.json`.
+
+pub mod host;
+pub mod hw;
+pub mod measure;
+pub mod pages;
+pub mod report;

@@ -1,0 +1,77 @@
+//! The kernel's `Hardware`: the real instructions, plus #GP-recovering MSR
+//! reads and the CPU index from clockhal-boot.
+
+use clockhal::x86::{CpuidResult, Hardware, MmioRegion, Msr, Native};
+
+/// [`Native`] with `try_rdmsr` and `cpu_index` filled in by the boot crate.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelHw {
+    native: Native,
+}
+
+impl KernelHw {
+    /// The kernel's hardware token.
+    ///
+    /// # Safety
+    /// Call at CPL0 on a kernel booted by clockhal-boot (its IDT recovers
+    /// faulting MSR probes and its GS base holds the CPU index), which lets
+    /// clockhal read the TSC, CPUID, the clock MSRs CPUID promises and the
+    /// ports the ACPI tables name.
+    pub unsafe fn new() -> KernelHw {
+        KernelHw {
+            // SAFETY: forwarded from this function's contract (CPL0, clock
+            // hardware may be read).
+            native: unsafe { Native::new() },
+        }
+    }
+}
+
+impl Hardware for KernelHw {
+    #[inline(always)]
+    fn rdtsc(&self) -> u64 {
+        self.native.rdtsc()
+    }
+    #[inline(always)]
+    fn rdtsc_ordered(&self) -> u64 {
+        self.native.rdtsc_ordered()
+    }
+    #[inline(always)]
+    fn rdtscp(&self) -> (u64, u32) {
+        self.native.rdtscp()
+    }
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult {
+        self.native.cpuid(leaf, subleaf)
+    }
+    fn rdmsr(&self, msr: Msr) -> u64 {
+        self.native.rdmsr(msr)
+    }
+    fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
+        clockhal_boot::try_rdmsr(msr.number())
+    }
+    unsafe fn wrmsr(&self, msr: Msr, value: u64) {
+        // SAFETY: forwarded; the caller upholds `wrmsr`'s contract.
+        unsafe { self.native.wrmsr(msr, value) }
+    }
+    #[inline(always)]
+    fn inl(&self, port: u16) -> u32 {
+        self.native.inl(port)
+    }
+    #[inline(always)]
+    fn mmio_read32(&self, region: MmioRegion, offset: usize) -> u32 {
+        self.native.mmio_read32(region, offset)
+    }
+    #[inline(always)]
+    fn mmio_read64(&self, region: MmioRegion, offset: usize) -> u64 {
+        self.native.mmio_read64(region, offset)
+    }
+    fn mmio_write32(&self, region: MmioRegion, offset: usize, value: u32) {
+        self.native.mmio_write32(region, offset, value)
+    }
+    fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64) {
+        self.native.mmio_write64(region, offset, value)
+    }
+    #[inline(always)]
+    fn cpu_index(&self) -> usize {
+        clockhal_boot::current_cpu()
+    }
+}

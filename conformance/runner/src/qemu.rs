@@ -1,0 +1,98 @@
+//! Building the kernel, probing /dev/kvm and booting one configuration.
+
+use crate::configs::{QemuConfig, COMMON_ARGS};
+use crate::outcome::{Exit, Outcome};
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// Whether KVM can be used: /dev/kvm opens read/write. `Err` says why not.
+pub fn kvm_usable() -> Result<(), String> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .map(drop)
+        .map_err(|e| format!("/dev/kvm not usable ({e})"))
+}
+
+/// Builds the kernel crate in `dir` (`cargo build --release`, target from its
+/// `.cargo/config.toml`) and returns the ELF path cargo reports.
+pub fn build_kernel(dir: &Path) -> Result<PathBuf, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo in {}: {e}", dir.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "kernel build in {} failed ({})",
+            dir.display(),
+            out.status
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut exe = None;
+    for l in stdout.lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        if msg["reason"] == "compiler-artifact" {
+            if let Some(path) = msg["executable"].as_str() {
+                exe = Some(PathBuf::from(path));
+            }
+        }
+    }
+    exe.ok_or_else(|| format!("cargo built no executable in {}", dir.display()))
+}
+
+/// Boots `kernel` under `config` with `timeout_s`, writes the console log to
+/// `log`, and parses the result.
+pub fn run(config: &QemuConfig, kernel: &Path, timeout_s: u64, log: &Path) -> Outcome {
+    let mut cmd = Command::new("timeout");
+    cmd.args([
+        "--kill-after=5",
+        &timeout_s.to_string(),
+        "qemu-system-x86_64",
+    ])
+    .args(["-accel", config.accel.name()])
+    .args(config.args)
+    .args(COMMON_ARGS)
+    .arg("-kernel")
+    .arg(kernel)
+    .stdin(Stdio::null());
+    let command_line = format!("{cmd:?}");
+    let start = Instant::now();
+    let result = cmd.output();
+    let seconds = start.elapsed().as_secs_f64();
+    let (exit, text) = match result {
+        Ok(out) => {
+            let exit = out.status.code().map_or(Exit::Signal, Exit::Code);
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let err = String::from_utf8_lossy(&out.stderr);
+            if !err.trim().is_empty() {
+                text.push_str("\n--- qemu stderr ---\n");
+                text.push_str(&err);
+            }
+            (exit, text)
+        }
+        Err(e) => (Exit::SpawnFailed(e.to_string()), String::new()),
+    };
+    let _ = std::fs::write(log, format!("# {command_line}\n{text}"));
+    Outcome::from_output(
+        config.name,
+        config.accel,
+        exit,
+        seconds,
+        &text,
+        log.display().to_string(),
+    )
+}

@@ -1,0 +1,452 @@
+//! The probe-time self-check: does each candidate advance, stay monotonic
+//! over a few reads, and tick at roughly the rate the others measure?
+//!
+//! Everything is bounded by read counts (and the rate check additionally by
+//! [`SelfCheck::rate_interval`] of the fastest-to-read candidate), so a
+//! stuck or hostile device costs at most a few thousand reads.
+//!
+//! The rate check reads every eligible candidate at the start and the end
+//! of one common interval, each read bracketed by two reads of a *pacer*
+//! (the best no-trap candidate). A bracket wider than
+//! [`SelfCheck::max_window`] (the vCPU was descheduled, an emulated device
+//! was slow) is retried; the remaining width is counted as uncertainty, so a
+//! slow read never fails a good clock. Each candidate's rate is expressed
+//! relative to the pacer; two candidates agree when their relative rates
+//! differ by at most the tolerance plus both uncertainties. A candidate
+//! that agrees with nobody while others agree among themselves is demoted.
+//! With only two candidates that disagree, the one whose rate clockhal
+//! estimated (the TSC, an OS-supplied source) loses; otherwise nobody is
+//! demoted and the run-time watchdog has the last word.
+
+use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
+use clockhal_core::{ClockSource, Duration, Scale};
+
+/// Tuning for the probe-time self-check.
+///
+/// ```
+/// use clockhal::SelfCheck;
+/// use clockhal_core::Duration;
+/// let c = SelfCheck::new().rate_interval(Duration::from_millis(2));
+/// assert_eq!(c.rate_tolerance_ppm, 10_000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub struct SelfCheck {
+    /// Reads allowed for the counter to change at all (default 2000).
+    pub advance_reads: u32,
+    /// Consecutive reads that must not decrease (default 16).
+    pub monotonic_reads: u32,
+    /// Length of the common rate-check interval, measured by the pacer
+    /// (default 5 ms). [`Duration::ZERO`] skips the rate check.
+    pub rate_interval: Duration,
+    /// Largest rate disagreement tolerated, in ppm, on top of the measured
+    /// uncertainty (default 10,000 = 1%: catches wrong units, stuck or
+    /// half-rate counters; fine drift is the watchdog's job).
+    pub rate_tolerance_ppm: u64,
+    /// Brackets wider than this are retried and, if always too wide, make
+    /// that candidate's rate check inconclusive (default 20 us).
+    pub max_window: Duration,
+    /// Retries per bracket (default 8).
+    pub bracket_tries: u32,
+    /// Cap on pacer reads while waiting out the interval (default 10^7).
+    pub max_pacing_reads: u64,
+}
+
+impl Default for SelfCheck {
+    fn default() -> Self {
+        SelfCheck::new()
+    }
+}
+
+impl SelfCheck {
+    /// The defaults.
+    pub const fn new() -> SelfCheck {
+        SelfCheck {
+            advance_reads: 2_000,
+            monotonic_reads: 16,
+            rate_interval: Duration::from_millis(5),
+            rate_tolerance_ppm: 10_000,
+            max_window: Duration::from_micros(20),
+            bracket_tries: 8,
+            max_pacing_reads: 10_000_000,
+        }
+    }
+
+    /// Sets [`rate_interval`](Self::rate_interval).
+    pub const fn rate_interval(mut self, d: Duration) -> SelfCheck {
+        self.rate_interval = d;
+        self
+    }
+
+    /// Sets [`rate_tolerance_ppm`](Self::rate_tolerance_ppm).
+    pub const fn rate_tolerance_ppm(mut self, ppm: u64) -> SelfCheck {
+        self.rate_tolerance_ppm = ppm;
+        self
+    }
+}
+
+/// The backends of one probe, indexed by [`SourceId::index`].
+pub(crate) type Sources<'a> = [Option<&'a dyn ClockSource>; MAX_CANDIDATES];
+
+/// Runs every check and records demotions in `report`.
+pub(crate) fn run(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
+    for id in SourceId::ALL {
+        let (Some(c), Some(s)) = (report.get(id), sources[id.index()]) else {
+            continue;
+        };
+        if c.verdict != Verdict::Usable {
+            continue;
+        }
+        let outcome =
+            advances(s, cfg.advance_reads).and_then(|()| monotonic(s, cfg.monotonic_reads));
+        if let (Err(d), Some(c)) = (outcome, report.get_mut(id)) {
+            c.verdict = Verdict::Demoted(d);
+        }
+    }
+    if cfg.rate_interval == Duration::ZERO {
+        return;
+    }
+    rate_check(report, sources, cfg);
+}
+
+fn advances(s: &dyn ClockSource, reads: u32) -> Result<(), Demotion> {
+    let first = s.read();
+    let mut prev = first;
+    for _ in 0..reads {
+        let v = s.read();
+        if v < prev {
+            return Err(Demotion::WentBackwards);
+        }
+        if v > first {
+            return Ok(());
+        }
+        prev = v;
+    }
+    Err(Demotion::NotAdvancing { reads })
+}
+
+fn monotonic(s: &dyn ClockSource, reads: u32) -> Result<(), Demotion> {
+    let mut prev = s.read();
+    for _ in 0..reads {
+        let v = s.read();
+        if v < prev {
+            return Err(Demotion::WentBackwards);
+        }
+        prev = v;
+    }
+    Ok(())
+}
+
+/// One source reading bracketed by two pacer readings.
+#[derive(Clone, Copy, Default)]
+struct Bracket {
+    before: u64,
+    src: u64,
+    after: u64,
+}
+
+impl Bracket {
+    fn width(&self) -> u64 {
+        self.after.saturating_sub(self.before)
+    }
+    fn mid(&self) -> u64 {
+        ((self.before as u128 + self.after as u128) / 2) as u64
+    }
+}
+
+/// The narrowest of up to `tries` brackets, and whether it is narrow enough.
+fn bracket(
+    pacer: &dyn ClockSource,
+    s: &dyn ClockSource,
+    same: bool,
+    max_ticks: u64,
+    tries: u32,
+) -> (Bracket, bool) {
+    if same {
+        let v = pacer.read();
+        return (
+            Bracket {
+                before: v,
+                src: v,
+                after: v,
+            },
+            true,
+        );
+    }
+    let mut best: Option<Bracket> = None;
+    for _ in 0..tries.max(1) {
+        let before = pacer.read();
+        let src = s.read();
+        let after = pacer.read();
+        let b = Bracket { before, src, after };
+        if after < before {
+            continue;
+        }
+        if best.is_none_or(|x| b.width() < x.width()) {
+            best = Some(b);
+        }
+        if b.width() <= max_ticks {
+            break;
+        }
+    }
+    match best {
+        Some(b) => (b, b.width() <= max_ticks),
+        None => (Bracket::default(), false),
+    }
+}
+
+/// A candidate's measured rate relative to the pacer.
+#[derive(Clone, Copy)]
+struct Relative {
+    id: SourceId,
+    /// (rate / pacer rate - 1) in ppm.
+    ppm: i64,
+    /// How much of `ppm` the bracket widths can explain.
+    uncertainty_ppm: u64,
+}
+
+fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
+    // Eligible candidates with a backend, in rank order (best first).
+    let mut ids = [SourceId::Extra; MAX_CANDIDATES];
+    let mut n = 0;
+    for c in report.ranked() {
+        if c.is_eligible() && sources[c.id.index()].is_some() {
+            ids[n] = c.id;
+            n += 1;
+        }
+    }
+    if n < 2 {
+        return;
+    }
+    let ids = &ids[..n];
+    let Some(pacer_id) = crate::select::best(report, |c| ids.contains(&c.id)) else {
+        return;
+    };
+    let (Some(pacer), Some(pacer_freq)) = (
+        sources[pacer_id.index()],
+        report.get(pacer_id).and_then(|c| c.frequency),
+    ) else {
+        return;
+    };
+    let pscale = Scale::new(pacer_freq);
+    let max_window = pscale.ns_to_ticks(cfg.max_window.as_nanos());
+
+    let mut start = [(Bracket::default(), false); MAX_CANDIDATES];
+    for &id in ids {
+        if let Some(s) = sources[id.index()] {
+            start[id.index()] = bracket(pacer, s, id == pacer_id, max_window, cfg.bracket_tries);
+        }
+    }
+    let p0 = pacer.read();
+    let mut reads = 0u64;
+    while reads < cfg.max_pacing_reads {
+        reads += 1;
+        if pscale.ticks_to_ns(pacer.read().saturating_sub(p0)) >= cfg.rate_interval.as_nanos() {
+            break;
+        }
+    }
+    let mut end = [(Bracket::default(), false); MAX_CANDIDATES];
+    for &id in ids {
+        if let Some(s) = sources[id.index()] {
+            end[id.index()] = bracket(pacer, s, id == pacer_id, max_window, cfg.bracket_tries);
+        }
+    }
+
+    let mut rel: [Option<Relative>; MAX_CANDIDATES] = [None; MAX_CANDIDATES];
+    for &id in ids {
+        let ((s, s_ok), (e, e_ok)) = (start[id.index()], end[id.index()]);
+        if e.src < s.src {
+            if let Some(c) = report.get_mut(id) {
+                c.verdict = Verdict::Demoted(Demotion::WentBackwards);
+            }
+            continue;
+        }
+        let ref_ns = pscale.ticks_to_ns(e.mid().saturating_sub(s.mid()));
+        let Some(freq) = report.get(id).and_then(|c| c.frequency) else {
+            continue;
+        };
+        if !(s_ok && e_ok) || ref_ns == 0 {
+            continue; // inconclusive: no verdict either way
+        }
+        let src_ns = Scale::new(freq).ticks_to_ns(e.src - s.src);
+        let half_windows = (pscale.ticks_to_ns(s.width()) + pscale.ticks_to_ns(e.width())) / 2;
+        rel[id.index()] = Some(Relative {
+            id,
+            ppm: ppm(src_ns as i128 - ref_ns as i128, ref_ns),
+            uncertainty_ppm: ppm(half_windows as i128, ref_ns).unsigned_abs(),
+        });
+    }
+    judge(report, &rel, ids, cfg.rate_tolerance_ppm);
+}
+
+/// Demotes the candidates the measurements single out (see module docs).
+fn judge(
+    report: &mut Report,
+    rel: &[Option<Relative>; MAX_CANDIDATES],
+    ranked: &[SourceId],
+    tol: u64,
+) {
+    let agree = |a: &Relative, b: &Relative| {
+        a.ppm.abs_diff(b.ppm)
+            <= tol
+                .saturating_add(a.uncertainty_ppm)
+                .saturating_add(b.uncertainty_ppm)
+    };
+    let measured = || ranked.iter().filter_map(|id| rel[id.index()]);
+    let friends = |a: &Relative| measured().filter(|b| b.id != a.id && agree(a, b)).count();
+    let most = measured().map(|a| friends(&a)).max().unwrap_or(0);
+    if most >= 1 {
+        // The best-ranked member of the largest agreeing group is the anchor.
+        let Some(anchor) = measured().find(|a| friends(a) == most) else {
+            return;
+        };
+        let losers = measured().filter(|a| friends(a) == 0);
+        let mut out = [None; MAX_CANDIDATES];
+        for (k, a) in losers.enumerate() {
+            out[k] = Some(a);
+        }
+        for a in out.into_iter().flatten() {
+            demote(report, a, &anchor);
+        }
+        return;
+    }
+    // Exactly two measured and they disagree: the estimated rate loses.
+    let mut it = measured();
+    if let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) {
+        match (a.id.rate_is_estimated(), b.id.rate_is_estimated()) {
+            (true, false) => demote(report, a, &b),
+            (false, true) => demote(report, b, &a),
+            _ => {}
+        }
+    }
+}
+
+fn demote(report: &mut Report, loser: Relative, anchor: &Relative) {
+    if let Some(c) = report.get_mut(loser.id) {
+        c.verdict = Verdict::Demoted(Demotion::RateDisagrees {
+            ppm: loser.ppm.saturating_sub(anchor.ppm),
+            against: anchor.id,
+        });
+    }
+}
+
+/// `num / den` in ppm, truncated, saturating.
+fn ppm(num: i128, den: u64) -> i64 {
+    let v = num.saturating_mul(1_000_000) / den.max(1) as i128;
+    v.clamp(i64::MIN as i128 + 1, i64::MAX as i128) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Candidate, Note};
+    use clockhal_core::{Frequency, Quality, ReadCost, Stability};
+
+    fn rel(id: SourceId, ppm: i64) -> Option<Relative> {
+        Some(Relative {
+            id,
+            ppm,
+            uncertainty_ppm: 10,
+        })
+    }
+
+    struct Fixed(Frequency);
+    impl ClockSource for Fixed {
+        fn name(&self) -> &'static str {
+            "fixed"
+        }
+        fn read(&self) -> u64 {
+            0
+        }
+        fn frequency(&self) -> Frequency {
+            self.0
+        }
+        fn quality(&self) -> Quality {
+            Quality::new(100)
+        }
+        fn stability(&self) -> Stability {
+            Stability::empty()
+        }
+        fn read_cost(&self) -> ReadCost {
+            ReadCost::NoTrap
+        }
+    }
+
+    fn report(ids: &[SourceId]) -> Report {
+        let mut r = Report::new();
+        let f = Fixed(Frequency::from_hz(1_000).unwrap());
+        for &id in ids {
+            r.insert(Candidate::usable(id, &f, Note::None));
+        }
+        r
+    }
+
+    fn rels(v: &[(SourceId, i64)]) -> [Option<Relative>; MAX_CANDIDATES] {
+        let mut out = [None; MAX_CANDIDATES];
+        for &(id, p) in v {
+            out[id.index()] = rel(id, p);
+        }
+        out
+    }
+
+    #[test]
+    fn majority_demotes_the_odd_one_out() {
+        use SourceId::*;
+        let ids = [Kvmclock, Tsc, Hpet, AcpiPm];
+        let mut r = report(&ids);
+        judge(
+            &mut r,
+            &rels(&[(Kvmclock, 0), (Tsc, 0), (Hpet, 25_000), (AcpiPm, 40)]),
+            &ids,
+            10_000,
+        );
+        assert_eq!(
+            r.get(Hpet).unwrap().verdict,
+            Verdict::Demoted(Demotion::RateDisagrees {
+                ppm: 25_000,
+                against: Kvmclock
+            })
+        );
+        for id in [Kvmclock, Tsc, AcpiPm] {
+            assert_eq!(r.get(id).unwrap().verdict, Verdict::Usable, "{id}");
+        }
+    }
+
+    #[test]
+    fn two_disagreeing_estimated_rate_loses_else_nobody() {
+        use SourceId::*;
+        let ids = [Tsc, Hpet];
+        let mut r = report(&ids);
+        judge(&mut r, &rels(&[(Tsc, 0), (Hpet, -50_000)]), &ids, 10_000);
+        assert!(matches!(
+            r.get(Tsc).unwrap().verdict,
+            Verdict::Demoted(Demotion::RateDisagrees {
+                ppm: 50_000,
+                against: Hpet
+            })
+        ));
+        assert_eq!(r.get(Hpet).unwrap().verdict, Verdict::Usable);
+
+        let ids = [Kvmclock, Hpet];
+        let mut r = report(&ids);
+        judge(
+            &mut r,
+            &rels(&[(Kvmclock, 0), (Hpet, -50_000)]),
+            &ids,
+            10_000,
+        );
+        assert!(r.candidates().all(|c| c.verdict == Verdict::Usable));
+    }
+
+    #[test]
+    fn uncertainty_widens_agreement() {
+        use SourceId::*;
+        let ids = [Tsc, Hpet, AcpiPm];
+        let mut r = report(&ids);
+        let mut v = rels(&[(Tsc, 0), (Hpet, 0), (AcpiPm, 10_500)]);
+        v[AcpiPm.index()].as_mut().unwrap().uncertainty_ppm = 600;
+        judge(&mut r, &v, &ids, 10_000);
+        assert!(r.candidates().all(|c| c.verdict == Verdict::Usable));
+    }
+}

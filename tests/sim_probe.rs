@@ -1,0 +1,788 @@
+//! The facade on simulated machines: what gets selected per profile, the
+//! no-trap rule, rejection reasons, self-check demotions, run-time watchdog
+//! switching without a backward step, guest-stopped handling.
+#![cfg(all(
+    feature = "kvmclock",
+    feature = "hyperv",
+    feature = "tsc",
+    feature = "hpet",
+    feature = "acpi-pm"
+))]
+
+use clockhal::tsc::SyncStatus;
+use clockhal::x86::sim::{AcpiTablesBuilder, HpetConfig, PmTimerConfig, SimConfig, SimMachine};
+use clockhal::x86::MmioRegion;
+use clockhal::{
+    probe, ClockSource, Demotion, Duration, Frequency, Platform, Policy, Quality, ReadCost,
+    Rejection, Report, SelfCheck, SourceId, Stability, Verdict, WatchdogEvent,
+};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+/// A short rate-check interval keeps the simulated pacing loop quick.
+fn fast_check() -> SelfCheck {
+    SelfCheck::new().rate_interval(Duration::from_millis(1))
+}
+
+/// Everything a single-CPU kernel would pass on machine `m`.
+fn platform(m: &SimMachine) -> Platform<'static> {
+    let mut p = Platform::new()
+        .tsc_sync(SyncStatus::SingleCpu)
+        .self_check(fast_check());
+    if let Some(r) = m.hpet_region() {
+        p = p.hpet_region(r);
+    }
+    if let Some(pm) = &m.config().pm_timer {
+        p = p.pm_timer(pm.port, pm.bits32);
+    }
+    if m.config().kvm.is_some() {
+        p = p
+            .pvclock_areas(m.alloc_pvclock_areas(1))
+            .pvclock_wall_clock(m.alloc_wall_clock());
+    }
+    if m.config().hyperv.is_some() {
+        p = p.hyperv_tsc_page(m.alloc_hv_page());
+    }
+    p
+}
+
+fn verdict(r: &Report, id: SourceId) -> Verdict {
+    r.get(id)
+        .unwrap_or_else(|| panic!("{id} not listed"))
+        .verdict
+}
+
+fn rejection_text(r: &Report, id: SourceId) -> String {
+    match verdict(r, id) {
+        Verdict::Rejected(why) => why.to_string(),
+        v => panic!("{id} not rejected: {v:?}"),
+    }
+}
+
+/// The selection rule every profile must obey.
+fn assert_no_trap_rule(r: &Report) {
+    let selected = r.selected().expect("something selected");
+    let no_trap_eligible = r
+        .candidates()
+        .any(|c| c.is_eligible() && c.read_cost == Some(ReadCost::NoTrap));
+    if no_trap_eligible {
+        assert_eq!(selected.read_cost, Some(ReadCost::NoTrap), "{r:#}");
+    }
+}
+
+#[test]
+fn kvm_selects_kvmclock_and_feeds_the_tsc_its_rate() {
+    let m = SimMachine::kvm();
+    let p = probe(&m, &platform(&m));
+    let r = p.report();
+    assert_eq!(r.selected_id(), Some(SourceId::Kvmclock), "{}", r.table());
+    assert_no_trap_rule(r);
+    let tsc = r.get(SourceId::Tsc).unwrap();
+    assert_eq!(tsc.note.to_string(), "rate from pvclock");
+    // Exact to pvclock's own rounding of `mul` (< 2^-31 relative).
+    let hz = tsc.frequency.unwrap().hz_rounded() as i64;
+    assert!((hz - 2_600_000_000).abs() <= 2, "{hz}");
+    // No invariant bit on this host: usable by name only.
+    assert!(!tsc.is_eligible());
+    assert_eq!(verdict(r, SourceId::Hpet), Verdict::Usable);
+    assert_eq!(verdict(r, SourceId::AcpiPm), Verdict::Usable);
+    assert!(
+        rejection_text(r, SourceId::HypervPage).contains("Microsoft Hv"),
+        "{}",
+        r.table()
+    );
+    assert!(rejection_text(r, SourceId::HypervMsr).contains("Microsoft Hv"));
+    assert!(r.get(SourceId::Os).is_none() && r.get(SourceId::Extra).is_none());
+
+    let line = r.to_string();
+    assert!(line.starts_with("kvmclock(400, selected) "), "{line}");
+    assert!(line.contains("hpet(250, traps)"), "{line}");
+    assert!(line.contains("acpi-pm(150, fast mode)"), "{line}");
+    assert!(
+        !line.contains("hyperv"),
+        "rejected ones only in {{:#}}: {line}"
+    );
+    assert!(format!("{r:#}").contains("hyperv-page(-, no \"Microsoft Hv\" signature)"));
+
+    let clock = p.clock().unwrap();
+    assert_eq!(clock.source_name(), "kvmclock");
+    let t0 = clock.now();
+    m.advance(2_000_000);
+    let d = clock.elapsed(t0);
+    assert!(
+        d >= Duration::from_millis(2) && d < Duration::from_micros(2_100),
+        "{d}"
+    );
+}
+
+#[test]
+fn bare_metal_selects_the_exact_tsc() {
+    let m = SimMachine::bare_metal();
+    let p = probe(&m, &platform(&m));
+    let r = p.report();
+    assert_eq!(r.selected_id(), Some(SourceId::Tsc), "{}", r.table());
+    let tsc = r.selected().unwrap();
+    assert_eq!(tsc.rating, Some(Quality::new(390)));
+    assert_eq!(tsc.note.to_string(), "rate from CPUID leaf 0x15");
+    assert_no_trap_rule(r);
+    assert_eq!(rejection_text(r, SourceId::Kvmclock), "not a KVM guest");
+    assert!(rejection_text(r, SourceId::HypervPage).contains("no hypervisor"));
+    let hpet = r.get(SourceId::Hpet).unwrap();
+    assert_eq!(
+        hpet.frequency,
+        Some(Frequency::from_period_fs(69_841_279).unwrap())
+    );
+    assert!(hpet.is_eligible());
+    let clock = p.clock().unwrap();
+    let t0 = clock.now();
+    m.advance(1_000_000_000);
+    let d = clock.elapsed(t0).as_nanos();
+    assert!((1_000_000_000..1_000_010_000).contains(&d), "{d}");
+    assert_eq!(
+        clock.ticks_to_duration(2_592_000_000),
+        Duration::from_secs(1)
+    );
+    assert_eq!(clock.duration_to_ticks(Duration::from_millis(1)), 2_592_000);
+}
+
+#[test]
+fn hyperv_selects_the_reference_page() {
+    let m = SimMachine::hyperv();
+    let p = probe(&m, &platform(&m));
+    let r = p.report();
+    assert_eq!(r.selected_id(), Some(SourceId::HypervPage), "{}", r.table());
+    assert_no_trap_rule(r);
+    let msr = r.get(SourceId::HypervMsr).unwrap();
+    assert!(msr.is_eligible());
+    assert_eq!(msr.note.to_string(), "traps");
+    let tsc = r.get(SourceId::Tsc).unwrap();
+    assert_eq!(tsc.note.to_string(), "rate from the Hyper-V frequency MSR");
+    assert_eq!(
+        rejection_text(r, SourceId::Hpet),
+        "no HPET region or mapper given"
+    );
+    assert_eq!(rejection_text(r, SourceId::Kvmclock), "not a KVM guest");
+    m.reset_traps();
+    let clock = p.clock().unwrap();
+    for _ in 0..100 {
+        clock.now();
+    }
+    assert_eq!(m.traps().exits(), 0, "the page path never exits");
+}
+
+#[test]
+fn hyperv_without_page_memory_says_so_and_uses_a_no_trap_source() {
+    let m = SimMachine::hyperv();
+    let plat = Platform::new()
+        .tsc_sync(SyncStatus::SingleCpu)
+        .self_check(fast_check())
+        .pm_timer(0x608, false);
+    let p = probe(&m, &plat);
+    let r = p.report();
+    assert_eq!(
+        rejection_text(r, SourceId::HypervPage),
+        "no reference TSC page memory given"
+    );
+    // The TSC (invariant, rate from the MSR) beats the trapping MSR clock.
+    assert_eq!(r.selected_id(), Some(SourceId::Tsc), "{}", r.table());
+    assert_no_trap_rule(r);
+}
+
+#[test]
+fn qemu_tcg_calibrates_the_tsc_against_the_hpet() {
+    let m = SimMachine::qemu_tcg();
+    let p = probe(&m, &platform(&m));
+    let r = p.report();
+    // No stated rate anywhere: calibrated against the HPET (the automatic
+    // reference), then selected as the only no-trap source.
+    let tsc = r.get(SourceId::Tsc).unwrap();
+    assert!(
+        tsc.note
+            .to_string()
+            .starts_with("rate calibrated against hpet"),
+        "{}",
+        tsc.note
+    );
+    let hz = tsc.frequency.unwrap().hz_rounded() as i64;
+    assert!((hz - 2_000_000_000).abs() < 200_000, "{hz}");
+    assert_eq!(r.selected_id(), Some(SourceId::Tsc), "{}", r.table());
+    assert_eq!(rejection_text(r, SourceId::Kvmclock), "not a KVM guest");
+    assert_no_trap_rule(r);
+}
+
+#[test]
+fn unsynchronised_tsc_leaves_only_trapping_sources_and_the_hpet_wins() {
+    let m = SimMachine::qemu_tcg();
+    let plat = platform(&m).tsc_sync(SyncStatus::Unsynchronized {
+        worst_backward_ticks: 5_000,
+    });
+    let p = probe(&m, &plat);
+    let r = p.report();
+    assert_eq!(
+        r.get(SourceId::Tsc).unwrap().rating,
+        Some(Quality::UNUSABLE)
+    );
+    assert_eq!(r.selected_id(), Some(SourceId::Hpet), "{}", r.table());
+    assert!(
+        r.to_string()
+            .starts_with("hpet(250, selected, traps) acpi-pm(150, fast mode) tsc(-100, "),
+        "{r}"
+    );
+    assert!(p.clock().is_ok());
+}
+
+#[test]
+fn acpi_tables_and_the_hpet_mapper_are_used() {
+    let m = SimMachine::kvm();
+    let image = AcpiTablesBuilder::q35().build();
+    let memory = image.memory();
+    let mapped = AtomicU64::new(0);
+    let map = |phys: u64, len: usize| {
+        mapped.store(phys, Ordering::Relaxed);
+        Some(MmioRegion::simulated(phys as usize, len))
+    };
+    let plat = Platform::new()
+        .acpi(image.rsdp(), &memory)
+        .hpet_mapper(&map)
+        .pvclock_areas(m.alloc_pvclock_areas(1))
+        .self_check(fast_check());
+    let p = probe(&m, &plat);
+    let r = p.report();
+    assert_eq!(mapped.load(Ordering::Relaxed), 0xFED0_0000);
+    assert_eq!(verdict(r, SourceId::Hpet), Verdict::Usable, "{}", r.table());
+    assert_eq!(
+        verdict(r, SourceId::AcpiPm),
+        Verdict::Usable,
+        "{}",
+        r.table()
+    );
+    assert_eq!(r.selected_id(), Some(SourceId::Kvmclock));
+
+    // microvm: no HPET table, no PM timer; each reason names the table.
+    let image = AcpiTablesBuilder::microvm().build();
+    let memory = image.memory();
+    let plat = Platform::new()
+        .acpi(image.rsdp(), &memory)
+        .hpet_mapper(&map)
+        .pvclock_areas(m.alloc_pvclock_areas(1))
+        .self_check(fast_check());
+    let p = probe(&m, &plat);
+    let r = p.report();
+    assert_eq!(rejection_text(r, SourceId::Hpet), "ACPI: no HPET table");
+    assert!(
+        rejection_text(r, SourceId::AcpiPm).starts_with("ACPI FACP"),
+        "{}",
+        r.table()
+    );
+    assert_eq!(r.selected_id(), Some(SourceId::Kvmclock));
+
+    // A mapper that refuses: the reason says so.
+    let image = AcpiTablesBuilder::q35().build();
+    let memory = image.memory();
+    let refuse = |_: u64, _: usize| None;
+    let plat = Platform::new()
+        .acpi(image.rsdp(), &memory)
+        .hpet_mapper(&refuse)
+        .self_check(fast_check());
+    let p = probe(&m, &plat);
+    assert_eq!(
+        rejection_text(p.report(), SourceId::Hpet),
+        "OS did not map the HPET at 0xfed00000"
+    );
+}
+
+#[test]
+fn backend_errors_become_reasons() {
+    // A stuck HPET and a KVM host that never writes the pvclock areas.
+    let m = SimMachine::kvm_config()
+        .with_hpet(HpetConfig {
+            stuck: true,
+            ..HpetConfig::qemu()
+        })
+        .build();
+    m.with_kvm(|k, _| k.set_scale_override(Some((0, 0))));
+    let p = probe(&m, &platform(&m));
+    let r = p.report();
+    assert_eq!(
+        rejection_text(r, SourceId::Hpet),
+        "HPET main counter does not advance"
+    );
+    assert!(
+        matches!(
+            verdict(r, SourceId::Kvmclock),
+            Verdict::Rejected(Rejection::Kvmclock(_))
+        ),
+        "{}",
+        r.table()
+    );
+    assert_no_trap_rule(r);
+}
+
+/// A 1 GHz clock on simulated time, with a switchable rate error and a
+/// switchable stuck mode; every read costs 20 ns of machine time.
+struct Fake {
+    m: &'static SimMachine,
+    name: &'static str,
+    quality: i32,
+    /// Rate error in ppm applied since `drift_from` (0: not yet).
+    drift_ppm: AtomicI64,
+    drift_from: AtomicU64,
+    stuck: AtomicBool,
+}
+
+impl Fake {
+    fn new(m: &'static SimMachine, name: &'static str, quality: i32) -> &'static Fake {
+        Box::leak(Box::new(Fake {
+            m,
+            name,
+            quality,
+            drift_ppm: AtomicI64::new(0),
+            drift_from: AtomicU64::new(0),
+            stuck: AtomicBool::new(false),
+        }))
+    }
+    fn start_drift(&self, ppm: i64) {
+        self.drift_from.store(self.m.now_ns(), Ordering::SeqCst);
+        self.drift_ppm.store(ppm, Ordering::SeqCst);
+    }
+}
+
+impl ClockSource for Fake {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn read(&self) -> u64 {
+        if self.stuck.load(Ordering::SeqCst) {
+            return 42;
+        }
+        self.m.advance(20);
+        let now = self.m.now_ns();
+        let from = self.drift_from.load(Ordering::SeqCst);
+        if from == 0 {
+            return now;
+        }
+        let err = now.saturating_sub(from) as i128 * self.drift_ppm.load(Ordering::SeqCst) as i128
+            / 1_000_000;
+        (now as i128 + err) as u64
+    }
+    fn frequency(&self) -> Frequency {
+        Frequency::from_hz(1_000_000_000).unwrap()
+    }
+    fn quality(&self) -> Quality {
+        Quality::new(self.quality)
+    }
+    fn stability(&self) -> Stability {
+        Stability::MONOTONIC_PER_CPU | Stability::MONOTONIC_ACROSS_CPUS
+    }
+    fn read_cost(&self) -> ReadCost {
+        ReadCost::NoTrap
+    }
+}
+
+fn leaked(m: SimMachine) -> &'static SimMachine {
+    Box::leak(Box::new(m))
+}
+
+#[test]
+fn a_low_rated_no_trap_source_beats_higher_rated_trapping_ones() {
+    let m = leaked(SimMachine::qemu_tcg());
+    let slow_but_free = Fake::new(m, "os-pit", 50);
+    let plat = platform(m)
+        .tsc_sync(SyncStatus::Unsynchronized {
+            worst_backward_ticks: 5_000,
+        })
+        .extra(slow_but_free);
+    let p = probe(m, &plat);
+    let r = p.report();
+    assert_eq!(
+        r.get(SourceId::Hpet).unwrap().rating,
+        Some(Quality::new(250))
+    );
+    assert_eq!(r.selected_id(), Some(SourceId::Extra), "{}", r.table());
+    assert_eq!(r.selected().unwrap().name, "os-pit");
+}
+
+#[test]
+fn self_check_demotes_a_stuck_source_and_a_wrong_rate() {
+    // Invariant TSC without any stated rate: it is calibrated against the
+    // OS's reference, which is 5% fast, so the TSC rate is 5% off.
+    let m = leaked(
+        SimConfig::cpu(2_000_000_000)
+            .with_invariant_tsc(true)
+            .with_hpet(HpetConfig::classic())
+            .with_pm_timer(PmTimerConfig::default())
+            .build(),
+    );
+    let bad_reference = Fake::new(m, "bad-ref", 1);
+    bad_reference.drift_from.store(1, Ordering::SeqCst);
+    bad_reference.drift_ppm.store(50_000, Ordering::SeqCst);
+    let stuck = Fake::new(m, "stuck", 600);
+    stuck.stuck.store(true, Ordering::SeqCst);
+    let plat = platform(m).tsc_reference(bad_reference).extra(stuck);
+    let p = probe(m, &plat);
+    let r = p.report();
+    assert_eq!(
+        verdict(r, SourceId::Extra),
+        Verdict::Demoted(Demotion::NotAdvancing { reads: 2_000 }),
+        "{}",
+        r.table()
+    );
+    match verdict(r, SourceId::Tsc) {
+        Verdict::Demoted(Demotion::RateDisagrees { ppm, against }) => {
+            assert_eq!(against, SourceId::Hpet);
+            // Calibrated against a 5% fast reference, the TSC rate is 4.76%
+            // low, so the TSC clock runs 4.76% fast.
+            assert!((45_000..=50_000).contains(&ppm), "{ppm}");
+        }
+        v => panic!("{v:?}\n{}", r.table()),
+    }
+    assert_eq!(verdict(r, SourceId::Hpet), Verdict::Usable);
+    assert_eq!(verdict(r, SourceId::AcpiPm), Verdict::Usable);
+    assert_eq!(r.selected_id(), Some(SourceId::Hpet), "{}", r.table());
+    assert!(
+        r.to_string().contains("tsc(390, demoted: rate off by 4"),
+        "{r}"
+    );
+    assert!(r
+        .table()
+        .to_string()
+        .contains("did not advance in 2000 reads"));
+}
+
+#[test]
+fn policy_force_wins_and_is_reported() {
+    let m = SimMachine::kvm();
+    let plat = platform(&m).policy(Policy::new().force("acpi-pm"));
+    let p = probe(&m, &plat);
+    let r = p.report();
+    assert_eq!(r.selected_id(), Some(SourceId::AcpiPm));
+    assert!(r.is_forced());
+    assert!(
+        r.to_string()
+            .starts_with("acpi-pm(150, selected, forced, fast mode)"),
+        "{r}"
+    );
+
+    let plat = platform(&m).policy(Policy::new().force("hyperv-page"));
+    let p = probe(&m, &plat);
+    let r = p.report();
+    assert_eq!(r.selected_id(), Some(SourceId::Kvmclock));
+    assert!(!r.is_forced());
+    assert!(r
+        .table()
+        .to_string()
+        .contains("policy forced \"hyperv-page\", which is not available"));
+}
+
+#[test]
+fn watchdog_demotes_a_drifting_source_and_switches_without_stepping_back() {
+    let m = leaked(SimMachine::kvm());
+    let fake = Fake::new(m, "drifty", 600);
+    let p = probe(m, &platform(m).extra(fake));
+    assert_eq!(
+        p.report().selected_id(),
+        Some(SourceId::Extra),
+        "{}",
+        p.report().table()
+    );
+    let clock = p.clock().unwrap();
+    assert_eq!(clock.source_name(), "drifty");
+
+    let mut last = clock.now();
+    let mut check = |what: &str| {
+        let t = clock.now();
+        assert!(t >= last, "{what}: {t} < {last}");
+        last = t;
+    };
+    // Healthy: the watchdog starts, then judges OK.
+    assert!(matches!(
+        clock.watchdog_tick(),
+        WatchdogEvent::Judged {
+            verdict: clockhal::WatchdogVerdict::Started,
+            ..
+        }
+    ));
+    for _ in 0..3 {
+        m.advance(150_000_000);
+        check("healthy");
+        let e = clock.watchdog_tick();
+        assert!(
+            matches!(
+                e,
+                WatchdogEvent::Judged {
+                    source: SourceId::Extra,
+                    reference: SourceId::Kvmclock,
+                    verdict: clockhal::WatchdogVerdict::Ok { .. }
+                }
+            ),
+            "{e:?}"
+        );
+    }
+    // 2% fast from now on: suspect twice, then demoted and switched.
+    fake.start_drift(20_000);
+    let mut events = Vec::new();
+    for _ in 0..3 {
+        m.advance(150_000_000);
+        check("drifting");
+        events.push(clock.watchdog_tick());
+        check("after tick");
+    }
+    assert!(
+        matches!(
+            events[0],
+            WatchdogEvent::Judged {
+                verdict: clockhal::WatchdogVerdict::Suspect { strikes: 1, .. },
+                ..
+            }
+        ),
+        "{events:?}"
+    );
+    let WatchdogEvent::Switched { from, to, reason } = events[2] else {
+        panic!("{events:?}");
+    };
+    assert_eq!((from, to), (SourceId::Extra, SourceId::Kvmclock));
+    assert!(
+        matches!(reason, Demotion::Drift { skew_ppm, against: SourceId::Kvmclock } if (19_000..=21_000).contains(&skew_ppm)),
+        "{reason:?}"
+    );
+    assert_eq!(clock.source_name(), "kvmclock");
+    assert_eq!(clock.switches(), 1);
+
+    // The new source continues from the last instant: no step back, and it
+    // then runs at kvmclock's (true) rate.
+    let before = clock.now();
+    m.advance(10_000_000);
+    let after = clock.now();
+    assert!(after >= before);
+    let d = after.duration_since(before).as_nanos();
+    assert!((10_000_000..10_010_000).contains(&d), "{d}");
+    let report = clock.report();
+    assert_eq!(report.selected_id(), Some(SourceId::Kvmclock));
+    assert!(matches!(
+        verdict(&report, SourceId::Extra),
+        Verdict::Demoted(Demotion::Drift { .. })
+    ));
+    assert!(
+        report.to_string().starts_with("kvmclock(400, selected)"),
+        "{report}"
+    );
+    // The watchdog now guards kvmclock against the next-best source.
+    let e = clock.watchdog_tick();
+    assert!(
+        matches!(
+            e,
+            WatchdogEvent::Judged {
+                source: SourceId::Kvmclock,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_slow_source_is_demoted_too_and_time_does_not_jump() {
+    // 2% slow: at the switch kvmclock is ahead of the clock's timeline; the
+    // clock continues from its last instant (no jump either way).
+    let m = leaked(SimMachine::kvm());
+    let fake = Fake::new(m, "slow", 600);
+    let p = probe(m, &platform(m).extra(fake));
+    let clock = p.clock().unwrap();
+    clock.watchdog_tick();
+    fake.start_drift(-20_000);
+    let mut last = clock.now();
+    let mut switched = None;
+    for _ in 0..6 {
+        m.advance(150_000_000);
+        let t = clock.now();
+        assert!(t >= last);
+        last = t;
+        if let WatchdogEvent::Switched { from, to, reason } = clock.watchdog_tick() {
+            switched = Some((from, to, reason));
+            let t = clock.now();
+            assert!(t >= last);
+            // No forward jump: at most the tick's own reads passed.
+            assert!(
+                t.duration_since(last) < Duration::from_micros(50),
+                "{}",
+                t.duration_since(last)
+            );
+            last = t;
+        }
+    }
+    let (from, to, reason) = switched.expect("switched");
+    assert_eq!((from, to), (SourceId::Extra, SourceId::Kvmclock));
+    assert!(
+        matches!(reason, Demotion::Drift { skew_ppm, .. } if skew_ppm < -19_000),
+        "{reason:?}"
+    );
+}
+
+#[test]
+fn guest_stopped_restarts_the_watchdog() {
+    let m = SimMachine::kvm();
+    let p = probe(&m, &platform(&m));
+    let clock = p.clock().unwrap();
+    assert!(matches!(
+        clock.watchdog_tick(),
+        WatchdogEvent::Judged {
+            source: SourceId::Kvmclock,
+            ..
+        }
+    ));
+    m.with_kvm(|k, ctx| {
+        k.pause_guest();
+        k.update_all(ctx);
+    });
+    m.advance(5_000_000_000); // the pause
+    clock.now(); // a read sees GUEST_STOPPED and latches it
+    assert_eq!(clock.watchdog_tick(), WatchdogEvent::GuestStopped);
+    // A fresh baseline: the next sample starts over instead of being judged.
+    let e = clock.watchdog_tick();
+    assert!(
+        matches!(
+            e,
+            WatchdogEvent::Judged {
+                verdict: clockhal::WatchdogVerdict::Started,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    clock.restart_watchdog();
+    assert_eq!(clock.watchdog_tick(), WatchdogEvent::Restarted);
+}
+
+#[test]
+fn single_candidate_has_no_watchdog_and_no_clock_is_an_error() {
+    let m = SimMachine::bare_metal();
+    let plat = Platform::new()
+        .tsc_sync(SyncStatus::SingleCpu)
+        .self_check(fast_check());
+    let p = probe(&m, &plat);
+    let clock = p.clock().unwrap();
+    assert_eq!(clock.source_name(), "tsc");
+    assert_eq!(clock.watchdog_tick(), WatchdogEvent::Inactive);
+
+    // TCG without HPET/PM access: the TSC is not invariant, nothing else.
+    let m = SimMachine::qemu_tcg();
+    let p = probe(&m, &Platform::new().self_check(fast_check()));
+    assert_eq!(p.report().selected_id(), None);
+    assert_eq!(p.clock().unwrap_err(), clockhal::NoClock);
+    assert!(p
+        .report()
+        .table()
+        .to_string()
+        .contains("no usable clock source"));
+}
+
+#[test]
+fn the_table_lists_every_candidate_with_its_descriptors() {
+    let m = SimMachine::kvm();
+    let p = probe(&m, &platform(&m));
+    let table = p.report().table().to_string();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 7, "{table}");
+    assert!(lines[0].starts_with("source") && lines[0].contains("read cost"));
+    let kvm = lines.iter().find(|l| l.starts_with("kvmclock")).unwrap();
+    assert!(
+        kvm.contains("selected") && kvm.contains("400") && kvm.contains("1000000000 Hz"),
+        "{kvm}"
+    );
+    assert!(kvm.contains("no-trap") && kvm.contains("migr"), "{kvm}");
+    let hpet = lines.iter().find(|l| l.starts_with("hpet")).unwrap();
+    assert!(
+        hpet.contains("usable") && hpet.contains("100000000 Hz") && hpet.contains("one-trap"),
+        "{hpet}"
+    );
+    let hv = lines.iter().find(|l| l.starts_with("hyperv-msr")).unwrap();
+    assert!(
+        hv.contains("rejected") && hv.contains("no \"Microsoft Hv\" signature"),
+        "{hv}"
+    );
+}
+
+#[test]
+fn probed_and_clock_can_live_in_statics() {
+    use std::mem::MaybeUninit;
+    let m: &'static SimMachine = leaked(SimMachine::kvm());
+    let probed_slot = Box::leak(Box::new(MaybeUninit::uninit()));
+    let probed = probe(m, &platform(m)).into_static(probed_slot);
+    let clock_slot = Box::leak(Box::new(MaybeUninit::uninit()));
+    let clock: &'static clockhal::Clock<'static> = probed.clock().unwrap().into_static(clock_slot);
+    let handle = std::thread::spawn(move || clock.now());
+    let t = handle.join().unwrap();
+    assert!(clock.now() >= t);
+    assert!(probed.kvmclock().is_some());
+}
+
+#[test]
+fn tsc_sync_found_after_probing_updates_rating_and_selection() {
+    let m = SimMachine::bare_metal();
+    let plat = platform(&m).tsc_sync(SyncStatus::Unknown);
+    let mut p = probe(&m, &plat);
+    let tsc = p.report().get(SourceId::Tsc).unwrap();
+    assert_eq!(tsc.rating, Some(Quality::new(340)));
+    assert!(!tsc.stability.contains(Stability::MONOTONIC_ACROSS_CPUS));
+    assert_eq!(p.report().selected_id(), Some(SourceId::Tsc));
+
+    p.set_tsc_sync(SyncStatus::Unsynchronized {
+        worst_backward_ticks: 900,
+    });
+    assert_eq!(
+        p.report().get(SourceId::Tsc).unwrap().rating,
+        Some(Quality::UNUSABLE)
+    );
+    assert_eq!(
+        p.report().selected_id(),
+        Some(SourceId::Hpet),
+        "{}",
+        p.report().table()
+    );
+
+    p.set_tsc_sync(SyncStatus::Synchronized);
+    let tsc = p.report().get(SourceId::Tsc).unwrap();
+    assert_eq!(tsc.rating, Some(Quality::new(390)));
+    assert!(tsc.stability.contains(Stability::MONOTONIC_ACROSS_CPUS));
+    assert_eq!(p.clock().unwrap().source_name(), "tsc");
+}
+
+#[test]
+fn readers_on_other_threads_stay_ordered_across_a_switch() {
+    // Three reader threads check that every instant is at least the largest
+    // one any thread had *finished* reading before (cross-thread order),
+    // while the main thread drives the drift, the watchdog and the switch.
+    let m = leaked(SimMachine::kvm());
+    let fake = Fake::new(m, "drifty", 600);
+    let p = probe(m, &platform(m).extra(fake));
+    let clock = p.clock().unwrap();
+    let seen = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let reads = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !stop.load(Ordering::SeqCst) {
+                    let before = seen.load(Ordering::SeqCst);
+                    let t = clock.now().as_nanos();
+                    assert!(t >= before, "{t} < {before}");
+                    seen.fetch_max(t, Ordering::SeqCst);
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        clock.watchdog_tick();
+        fake.start_drift(50_000);
+        let mut switched = false;
+        for _ in 0..8 {
+            m.advance(150_000_000);
+            if matches!(clock.watchdog_tick(), WatchdogEvent::Switched { .. }) {
+                switched = true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::SeqCst);
+        assert!(switched);
+    });
+    assert!(reads.load(Ordering::Relaxed) > 1_000);
+    assert_eq!(clock.source_name(), "kvmclock");
+}
