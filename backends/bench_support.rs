@@ -1,12 +1,12 @@
 //! Helpers shared by the backends' criterion benches
 //! (`#[path = "../../bench_support.rs"] mod bench_support;`).
 
-use criterion::black_box;
+use clockhal_x86::{Hardware, Native};
+use criterion::{black_box, Criterion};
 use std::time::{Duration, Instant};
 
 /// This machine's TSC rate in Hz against `Instant` over ~50 ms.
-pub fn calibrate_tsc_hz(native: &clockhal_x86::Native) -> u64 {
-    use clockhal_x86::Hardware;
+pub fn calibrate_tsc_hz(native: &Native) -> u64 {
     let (t0, c0) = (Instant::now(), native.rdtsc_ordered());
     while t0.elapsed() < Duration::from_millis(50) {}
     let (c1, t1) = (native.rdtsc_ordered(), Instant::now());
@@ -27,4 +27,27 @@ pub fn interleaved_ratio(a: impl Fn() -> u64, b: impl Fn() -> u64) -> f64 {
     let mut ratios: Vec<f64> = (0..301).map(|_| block(&b) / block(&a)).collect();
     ratios.sort_by(f64::total_cmp);
     ratios[ratios.len() / 2]
+}
+
+/// The baselines every backend is compared with: `rdtsc` and ordered `rdtsc`.
+pub fn tsc_baselines(c: &mut Criterion, native: &Native) {
+    let mut g = c.benchmark_group("tsc");
+    g.bench_function("rdtsc", |b| b.iter(|| black_box(native.rdtsc())));
+    g.bench_function("rdtsc_ordered", |b| {
+        b.iter(|| black_box(native.rdtsc_ordered()))
+    });
+    g.finish();
+}
+
+/// Prints how far `read` (in units of `unit_ns` ns) advanced over a 20 ms
+/// sleep next to `Instant`: a sanity check that the page counts real time.
+pub fn report_20ms_sleep(what: &str, unit_ns: u64, read: impl Fn() -> u64) {
+    let (a, t) = (read(), Instant::now());
+    std::thread::sleep(Duration::from_millis(20));
+    let (b, e) = (read(), t.elapsed());
+    eprintln!(
+        "20 ms sleep: {what} {} ns, Instant {} ns",
+        (b - a) * unit_ns,
+        e.as_nanos()
+    );
 }

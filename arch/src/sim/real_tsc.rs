@@ -8,6 +8,8 @@ use crate::{CpuidResult, Hardware, MmioRegion, Msr, Native};
 /// Benchmarks probe a backend in user space (CPUID, MSR, port and MMIO
 /// traffic goes to the simulated hypervisor and devices), then measure reads
 /// that touch only shared memory and the real TSC — what a vDSO does.
+/// `cpu_index` is always 0, as on a one-CPU kernel (the simulator's
+/// thread-local CPU lookup would cost more than an OS's per-CPU load).
 ///
 /// ```
 /// use clockhal_x86::{sim::{RealTsc, SimMachine}, Hardware};
@@ -81,8 +83,5 @@ impl Hardware for RealTsc {
     }
     fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64) {
         self.sim.mmio_write64(region, offset, value)
-    }
-    fn cpu_index(&self) -> usize {
-        self.sim.cpu_index()
     }
 }

@@ -18,7 +18,7 @@ use clockhal_x86::{Hardware, Native};
 #[path = "../../bench_support.rs"]
 mod bench_support;
 use criterion::{black_box, Criterion};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Makes the simulated partition publish a page for the *real* TSC whose
 /// reading matches its own reference counter now, as Hyper-V would, so the
@@ -49,22 +49,8 @@ fn bench(c: &mut Criterion) {
         .page()
         .unwrap_or_else(|| panic!("page refused: {:?}", hv.page_error()));
     let page = page_mem.get();
-    // Sanity: the page now counts real 100 ns units.
-    let (a, t) = (clock.read_100ns(), Instant::now());
-    std::thread::sleep(Duration::from_millis(20));
-    let (b, e) = (clock.read_100ns(), t.elapsed());
-    eprintln!(
-        "20 ms sleep: page {} x 100 ns, Instant {} ns",
-        b - a,
-        e.as_nanos()
-    );
-
-    let mut g = c.benchmark_group("tsc");
-    g.bench_function("rdtsc", |b| b.iter(|| black_box(native.rdtsc())));
-    g.bench_function("rdtsc_ordered", |b| {
-        b.iter(|| black_box(native.rdtsc_ordered()))
-    });
-    g.finish();
+    bench_support::report_20ms_sleep("hyperv page", 100, || clock.read_100ns());
+    bench_support::tsc_baselines(c, &native);
 
     let mut g = c.benchmark_group("hyperv");
     g.bench_function("read_reference_page", |b| {

@@ -19,7 +19,7 @@ use clockhal_x86::{Hardware, Native};
 mod bench_support;
 use criterion::{black_box, Criterion};
 use std::sync::atomic::Ordering::SeqCst;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Writes `area` as a host does: the real TSC rate, the timeline
 /// continuing from the area's current reading (0 the first time).
@@ -46,22 +46,8 @@ fn bench(c: &mut Criterion) {
     let clock = Kvmclock::probe(hw, KvmclockConfig::new(areas), &Policy::new()).unwrap();
     let area = &areas.get()[0];
     write_area(area, &native, tsc_hz, true);
-    // Sanity: the clock now counts real nanoseconds.
-    let (a, t) = (clock.read_ns(), Instant::now());
-    std::thread::sleep(Duration::from_millis(20));
-    let (b, e) = (clock.read_ns(), t.elapsed());
-    eprintln!(
-        "20 ms sleep: kvmclock {} ns, Instant {} ns",
-        b - a,
-        e.as_nanos()
-    );
-
-    let mut g = c.benchmark_group("tsc");
-    g.bench_function("rdtsc", |b| b.iter(|| black_box(native.rdtsc())));
-    g.bench_function("rdtsc_ordered", |b| {
-        b.iter(|| black_box(native.rdtsc_ordered()))
-    });
-    g.finish();
+    bench_support::report_20ms_sleep("kvmclock", 1, || clock.read_ns());
+    bench_support::tsc_baselines(c, &native);
 
     let mut g = c.benchmark_group("kvmclock");
     g.bench_function("read_area", |b| {

@@ -36,11 +36,8 @@ impl ClockSource for OsMonotonic {
 }
 
 fn tsc_reads(c: &mut Criterion) {
-    // SAFETY: a host benchmark in user space. Only rdtsc, rdtsc_ordered and
-    // cpuid are executed (Tsc::probe and Tsc::read use nothing else; no MSR,
-    // port or MMIO access), which Native::new documents as sound in hosted
-    // mode while CR4.TSD is clear (Linux leaves it clear).
-    let hw = unsafe { Native::new() };
+    // User space: only rdtsc, rdtsc_ordered and cpuid run (see Native::hosted).
+    let hw = Native::hosted();
     let reference = OsMonotonic(Instant::now());
     let opts = TscOptions {
         reference: Some(&reference),
