@@ -7,6 +7,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 static FENCE: AtomicU8 = AtomicU8::new(FENCE_LFENCE);
 const FENCE_LFENCE: u8 = 0;
 const FENCE_MFENCE: u8 = 1;
+const FENCE_RDTSCP: u8 = 2;
 
 /// Hardware access through the real x86_64 instructions (zero-sized).
 ///
@@ -23,9 +24,12 @@ pub struct Native {
 }
 
 impl Native {
-    /// Creates the token and picks the TSC ordering fence for this CPU
-    /// vendor (AMD/Hygon: `mfence`, since LFENCE is only dispatch-serialising
-    /// there when the OS set `DE_CFG[1]`; everyone else: `lfence`).
+    /// Creates the token and picks how `rdtsc_ordered` orders the TSC read,
+    /// as Linux's `rdtsc_ordered` does: `rdtscp` where CPUID offers it (it
+    /// waits for all earlier instructions and is the cheapest ordered read on
+    /// current CPUs), else `mfence; rdtsc` on AMD/Hygon (LFENCE is only
+    /// dispatch-serialising there when the OS set `DE_CFG[1]`), else
+    /// `lfence; rdtsc`.
     ///
     /// # Safety
     /// The caller runs at CPL0 and allows clockhal to read the TSC, CPUID,
@@ -40,12 +44,14 @@ impl Native {
         let n = Native { _private: () };
         let v = n.cpuid(0, 0);
         // "AuthenticAMD" / "HygonGenuine": EBX starts "Auth" / "Hygo".
-        let fence =
-            if v.ebx == u32::from_le_bytes(*b"Auth") || v.ebx == u32::from_le_bytes(*b"Hygo") {
-                FENCE_MFENCE
-            } else {
-                FENCE_LFENCE
-            };
+        let amd = v.ebx == u32::from_le_bytes(*b"Auth") || v.ebx == u32::from_le_bytes(*b"Hygo");
+        let fence = if crate::cpuid::has_rdtscp(&n) {
+            FENCE_RDTSCP
+        } else if amd {
+            FENCE_MFENCE
+        } else {
+            FENCE_LFENCE
+        };
         FENCE.store(fence, Ordering::Relaxed);
         n
     }
@@ -88,7 +94,15 @@ impl Hardware for Native {
     #[inline(always)]
     fn rdtsc_ordered(&self) -> u64 {
         let (lo, hi): (u32, u32);
-        if FENCE.load(Ordering::Relaxed) == FENCE_MFENCE {
+        let fence = FENCE.load(Ordering::Relaxed);
+        if fence == FENCE_RDTSCP {
+            // SAFETY: rdtscp touches no memory; allowed at CPL0 (and in user
+            // space), and only chosen when CPUID reports it.
+            unsafe {
+                core::arch::asm!("rdtscp", out("eax") lo, out("edx") hi, out("ecx") _,
+                    options(nomem, nostack, preserves_flags));
+            }
+        } else if fence == FENCE_MFENCE {
             // SAFETY: mfence and rdtsc touch no memory the compiler knows
             // about; rdtsc is allowed at CPL0 (`Native::new`'s contract).
             unsafe {

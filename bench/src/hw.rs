@@ -34,7 +34,7 @@ pub struct UserHw {
 
 impl UserHw {
     /// The stand-in for `persona`; `rdtsc_ordered` is `Native`'s
-    /// (`lfence; rdtsc`, `mfence; rdtsc` on AMD).
+    /// (`rdtscp` where available, else `lfence; rdtsc`, `mfence; rdtsc` on AMD).
     pub fn new(persona: Persona) -> UserHw {
         UserHw {
             native: Native::hosted(),

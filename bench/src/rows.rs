@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Name of the baseline row every ratio is relative to.
-pub const ORDERED_RDTSC: &str = "ordered rdtsc (lfence; rdtsc)";
+pub const ORDERED_RDTSC: &str = "ordered rdtsc (Native::rdtsc_ordered)";
 
 /// The rows, and the rows that could not be built here (with why).
 pub struct Built {
