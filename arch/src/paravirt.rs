@@ -16,7 +16,8 @@ mod scale;
 
 use core::sync::atomic::{AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8};
 pub use scale::{
-    hv_scale_tsc, hv_sequence_valid, hv_tsc_hz_from_scale, pvclock_scale_delta, HV_REFERENCE_HZ,
+    hv_next_sequence, hv_reference_scale, hv_scale_tsc, hv_sequence_valid, hv_tsc_hz_from_scale,
+    pvclock_scale_delta, pvclock_time_scale, HV_REFERENCE_HZ,
 };
 use static_assertions::{assert_eq_size, const_assert_eq};
 
@@ -61,6 +62,22 @@ const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_shift), 28);
 const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, flags), 29);
 
 impl PvclockVcpuTimeInfo {
+    /// Writes the area as a KVM host does: version odd while the fields
+    /// change, even after (an update left open, odd, is finished rather than
+    /// restarted). A guest never writes the area; this is for simulators,
+    /// benchmarks and tests that play the host.
+    pub fn publish(&self, tsc_timestamp: u64, system_time: u64, mul: u32, shift: i8, flags: u8) {
+        use core::sync::atomic::Ordering::{Release, SeqCst};
+        let odd = self.version.load(SeqCst) | 1;
+        self.version.store(odd, SeqCst);
+        self.tsc_timestamp.store(tsc_timestamp, Release);
+        self.system_time.store(system_time, Release);
+        self.tsc_to_system_mul.store(mul, Release);
+        self.tsc_shift.store(shift, Release);
+        self.flags.store(flags, Release);
+        self.version.store(odd.wrapping_add(1), SeqCst);
+    }
+
     /// A zeroed area (version 0, mul 0: "not yet written").
     pub const fn new() -> Self {
         PvclockVcpuTimeInfo {
@@ -158,6 +175,18 @@ const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, scale), 8);
 const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, offset), 16);
 
 impl HvReferenceTscPage {
+    /// Writes the page as Hyper-V does: sequence 0 (invalid) while `scale`
+    /// and `offset` change, then `sequence` (see
+    /// [`hv_next_sequence`]). For simulators, benchmarks and tests that play
+    /// the host.
+    pub fn publish(&self, sequence: u32, scale: u64, offset: i64) {
+        use core::sync::atomic::Ordering::{Release, SeqCst};
+        self.sequence.store(0, SeqCst);
+        self.scale.store(scale, Release);
+        self.offset.store(offset, Release);
+        self.sequence.store(sequence, SeqCst);
+    }
+
     /// A zeroed (invalid) page.
     pub const fn new() -> Self {
         HvReferenceTscPage {

@@ -4,7 +4,8 @@
 //! The kvmclock and Hyper-V backends are built by probing: CPUID must name
 //! the hypervisor and its clock features, and the probe registers the clock
 //! memory with an MSR write. A host tool cannot do either for real (and
-//! need not: it fills the page itself, see [`pages`](crate::pages)). So the
+//! need not: it fills the page itself, with `PvclockVcpuTimeInfo::publish`
+//! and `HvReferenceTscPage::publish` from clockhal-x86). So the
 //! bench builds those backends on [`UserHw`]: `rdtsc`, `rdtsc_ordered` and
 //! `rdtscp` are the real instructions ([`Native::hosted`]), CPUID is real
 //! except for the hypervisor leaves, which present a minimal KVM or Hyper-V

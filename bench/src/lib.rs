@@ -8,14 +8,10 @@
 //!
 //! - [`host`]: CLOCK_MONOTONIC_RAW, CPU pinning, and TSC calibration
 //!   against CLOCK_MONOTONIC_RAW.
-//! - [`pages`]: hypervisor pages written once from user space (a pvclock
-//!   area and a Hyper-V reference page with the real TSC rate), so the
-//!   paravirtual read paths can be timed without a hypervisor writing them.
 //! - [`measure`]: batched timing and the median/min/max statistics.
 //! - [`report`]: the human table and `read-cost.json`.
 
 pub mod host;
 pub mod hw;
 pub mod measure;
-pub mod pages;
 pub mod report;

@@ -3,13 +3,14 @@
 use clockhal_bench::host;
 use clockhal_bench::hw::{Persona, UserHw};
 use clockhal_bench::measure::Row;
-use clockhal_bench::pages::{hv_scale, pvclock_scale, write_hv_page, write_pvclock_area};
 use clockhal_core::{ClockSource, Frequency, Policy, Scale};
 use clockhal_hyperv::{Hyperv, HypervConfig};
 use clockhal_kvmclock::{read_area, Kvmclock, KvmclockConfig};
 use clockhal_tsc::{RateProvenance, SyncStatus, Tsc, TscOptions};
 use clockhal_x86::hosted::LivePvclock;
-use clockhal_x86::paravirt::PVCLOCK_TSC_STABLE_BIT;
+use clockhal_x86::paravirt::{
+    hv_next_sequence, hv_reference_scale, pvclock_time_scale, PVCLOCK_TSC_STABLE_BIT,
+};
 use clockhal_x86::sim::SharedMemory;
 use clockhal_x86::{Hardware, Native};
 use std::hint::black_box;
@@ -212,7 +213,7 @@ enum Path {
 /// A `Kvmclock` probed on [`UserHw`] over an area written once with the
 /// real TSC rate (stable flag set or not).
 fn kvmclock_row(name: &str, hw: UserHw, tsc_hz: u64, path: Path) -> Result<Row, String> {
-    let (mul, shift) = pvclock_scale(tsc_hz).ok_or("TSC rate out of range")?;
+    let (mul, shift) = pvclock_time_scale(tsc_hz).ok_or("TSC rate out of range")?;
     let areas = SharedMemory::default().alloc_pvclock_areas(1);
     let flags = if path == Path::Stable {
         PVCLOCK_TSC_STABLE_BIT
@@ -220,7 +221,9 @@ fn kvmclock_row(name: &str, hw: UserHw, tsc_hz: u64, path: Path) -> Result<Row, 
         0
     };
     let area = areas.element(0).ok_or("no area")?.get();
-    write_pvclock_area(area, hw.rdtsc_ordered(), 1_000_000_000, mul, shift, flags);
+    // Written once, as a host with a stable master clock serves it between
+    // its (rare) updates.
+    area.publish(hw.rdtsc_ordered(), 1_000_000_000, mul, shift, flags);
     let clock = Kvmclock::probe(hw, KvmclockConfig::new(areas), &Policy::new())
         .map_err(|e| e.to_string())?;
     if clock.stable() != (path == Path::Stable) {
@@ -240,9 +243,9 @@ fn kvmclock_row(name: &str, hw: UserHw, tsc_hz: u64, path: Path) -> Result<Row, 
 /// A Hyper-V page clock probed on [`UserHw`] over a page written once with
 /// the real TSC rate, and the conversion `out`.
 fn hyperv_row(name: &str, hw: UserHw, tsc_hz: u64, out: HvOut) -> Result<Row, String> {
-    let scale = hv_scale(tsc_hz).ok_or("TSC rate out of range")?;
+    let scale = hv_reference_scale(tsc_hz).ok_or("TSC rate out of range")?;
     let page = SharedMemory::default().alloc_hv_page();
-    write_hv_page(page.get(), scale, 0);
+    page.get().publish(hv_next_sequence(0), scale, 0);
     let hv = Hyperv::probe(hw, HypervConfig::new().with_tsc_page(page), &Policy::new())
         .map_err(|e| e.to_string())?;
     if hv.page().is_none() {

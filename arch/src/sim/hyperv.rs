@@ -1,8 +1,8 @@
 //! Simulated Hyper-V partition: reference TSC page and reference counter.
 
 use super::SimCtx;
-use crate::paravirt::HvReferenceTscPage;
-use std::sync::atomic::Ordering::{Release, SeqCst};
+use crate::paravirt::{hv_next_sequence, hv_reference_scale, HvReferenceTscPage};
+use std::sync::atomic::Ordering::SeqCst;
 
 const MSR_GUEST_OS_ID: u32 = 0x4000_0000;
 const MSR_TIME_REF_COUNT: u32 = 0x4000_0020;
@@ -101,7 +101,8 @@ impl HypervHost {
 
     /// The (scale, offset) that map CPU 0's TSC to the reference time now.
     pub fn scale_offset(ctx: &SimCtx<'_>) -> (u64, i64) {
-        let scale = ((10_000_000u128 << 64) / ctx.tsc_hz.max(1) as u128) as u64;
+        // Below 10 MHz no scale fits; saturate (the simulator never goes there).
+        let scale = hv_reference_scale(ctx.tsc_hz).unwrap_or(u64::MAX);
         let scaled = ((ctx.tsc(0) as u128 * scale as u128) >> 64) as u64;
         (scale, Self::reference_time(ctx).wrapping_sub(scaled) as i64)
     }
@@ -152,14 +153,8 @@ impl HypervHost {
         let (scale, offset) = self
             .page_override
             .unwrap_or_else(|| Self::scale_offset(ctx));
-        page.sequence.store(0, SeqCst);
-        page.scale.store(scale, Release);
-        page.offset.store(offset, Release);
-        self.sequence = match self.sequence.wrapping_add(1) {
-            0 | 0xFFFF_FFFF => 1,
-            s => s,
-        };
-        page.sequence.store(self.sequence, SeqCst);
+        self.sequence = hv_next_sequence(self.sequence);
+        page.publish(self.sequence, scale, offset);
     }
 
     pub(super) fn rdmsr(&mut self, ctx: &SimCtx<'_>, msr: u32) -> Option<Option<u64>> {

@@ -1,7 +1,9 @@
 //! Simulated KVM host: pvclock areas and the wall clock.
 
 use super::SimCtx;
-use crate::paravirt::{PvclockVcpuTimeInfo, PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT};
+use crate::paravirt::{
+    pvclock_time_scale, PvclockVcpuTimeInfo, PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
+};
 use std::sync::atomic::Ordering::{Release, SeqCst};
 use std::vec::Vec;
 
@@ -48,29 +50,6 @@ impl KvmConfig {
     pub fn feature_eax(&self) -> u32 {
         (self.clocksource as u32) | (self.clocksource2 as u32) << 3 | (self.stable_bit as u32) << 24
     }
-}
-
-/// Linux's `kvm_get_time_scale(NSEC_PER_SEC, tsc_hz)`: (mul, shift) with
-/// `ns = ((tsc << shift or >> -shift) * mul) >> 32`.
-pub fn time_scale(tsc_hz: u64) -> (u32, i8) {
-    let scaled: u64 = 1_000_000_000;
-    let mut tps64 = tsc_hz.max(1);
-    let mut shift: i8 = 0;
-    while tps64 > scaled * 2 || tps64 & 0xffff_ffff_0000_0000 != 0 {
-        tps64 >>= 1;
-        shift -= 1;
-    }
-    let mut tps32 = tps64 as u32;
-    let mut scaled64 = scaled;
-    while tps32 as u64 <= scaled64 || scaled64 & 0xffff_ffff_0000_0000 != 0 {
-        if scaled64 & 0xffff_ffff_0000_0000 != 0 || tps32 & 0x8000_0000 != 0 {
-            scaled64 >>= 1;
-        } else {
-            tps32 <<= 1;
-            shift += 1;
-        }
-    }
-    (((scaled64 << 32) / tps32 as u64) as u32, shift)
 }
 
 /// The simulated KVM host.
@@ -170,16 +149,10 @@ impl KvmHost {
         };
         let (mul, shift) = self
             .scale_override
-            .unwrap_or_else(|| time_scale(ctx.tsc_hz));
+            .or(pvclock_time_scale(ctx.tsc_hz.max(1)))
+            .unwrap_or((0, 0));
         let skew = self.skew_ns.get(cpu).copied().unwrap_or(0);
         let system_time = (ctx.now_ns as i128 + skew as i128).clamp(0, u64::MAX as i128) as u64;
-        // An update that was left open (stall_update) is finished, not restarted.
-        let v = area.version.load(SeqCst) & !1;
-        area.version.store(v.wrapping_add(1) | 1, SeqCst);
-        area.tsc_timestamp.store(ctx.tsc(cpu), Release);
-        area.system_time.store(system_time, Release);
-        area.tsc_to_system_mul.store(mul, Release);
-        area.tsc_shift.store(shift, Release);
         let mut flags = if self.config.stable_flag {
             PVCLOCK_TSC_STABLE_BIT
         } else {
@@ -189,9 +162,8 @@ impl KvmHost {
             flags |= PVCLOCK_GUEST_STOPPED;
             self.stopped[cpu] = false;
         }
-        area.flags.store(flags, Release);
-        area.version
-            .store((v.wrapping_add(1) | 1).wrapping_add(1), SeqCst);
+        // An update that was left open (stall_update) is finished, not restarted.
+        area.publish(ctx.tsc(cpu), system_time, mul, shift, flags);
     }
 
     /// Updates every registered area.

@@ -40,7 +40,7 @@ mod real_tsc;
 pub use acpi_tables::{AcpiImage, AcpiTablesBuilder, FadtSpec, HpetTableSpec};
 pub use hpet::{Hpet, HpetConfig};
 pub use hyperv::{HypervConfig, HypervHost};
-pub use kvm::{time_scale, KvmConfig, KvmHost};
+pub use kvm::{KvmConfig, KvmHost};
 pub use memory::SharedMemory;
 pub use pm_timer::{PmTimer, PmTimerConfig};
 #[cfg(target_arch = "x86_64")]

@@ -11,7 +11,7 @@
 
 use clockhal_core::Policy;
 use clockhal_hyperv::{read_reference_page, Hyperv, HypervConfig};
-use clockhal_x86::paravirt::hv_scale_tsc;
+use clockhal_x86::paravirt::{hv_reference_scale, hv_scale_tsc};
 use clockhal_x86::sim::{RealTsc, SimMachine};
 use clockhal_x86::{Hardware, Native};
 
@@ -24,7 +24,7 @@ use std::time::Duration;
 /// reading matches its own reference counter now, as Hyper-V would, so the
 /// probe's page/MSR agreement check passes with real `rdtsc` values.
 fn real_rate_page(hw: &RealTsc, tsc_hz: u64) {
-    let scale = ((10_000_000u128 << 64) / tsc_hz as u128) as u64;
+    let scale = hv_reference_scale(tsc_hz).expect("TSC rate");
     let reference_now = hw.sim().now_ns() / 100;
     let offset =
         reference_now.wrapping_sub(hv_scale_tsc(hw.native().rdtsc_ordered(), scale, 0)) as i64;

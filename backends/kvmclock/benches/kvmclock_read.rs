@@ -11,30 +11,22 @@
 
 use clockhal_core::Policy;
 use clockhal_kvmclock::{read_area, Kvmclock, KvmclockConfig};
-use clockhal_x86::paravirt::{PvclockVcpuTimeInfo, PVCLOCK_TSC_STABLE_BIT};
-use clockhal_x86::sim::{time_scale, RealTsc, SimMachine};
+use clockhal_x86::paravirt::{pvclock_time_scale, PvclockVcpuTimeInfo, PVCLOCK_TSC_STABLE_BIT};
+use clockhal_x86::sim::{RealTsc, SimMachine};
 use clockhal_x86::{Hardware, Native};
 
 #[path = "../../bench_support.rs"]
 mod bench_support;
 use criterion::{black_box, Criterion};
-use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 /// Writes `area` as a host does: the real TSC rate, the timeline
 /// continuing from the area's current reading (0 the first time).
 fn write_area(area: &PvclockVcpuTimeInfo, native: &Native, tsc_hz: u64, stable: bool) {
-    let (mul, shift) = time_scale(tsc_hz);
+    let (mul, shift) = pvclock_time_scale(tsc_hz).expect("TSC rate");
     let now = read_area(area, || native.rdtsc_ordered()).map_or(0, |t| t.ns);
-    let odd = area.version.load(SeqCst) | 1;
-    area.version.store(odd, SeqCst);
-    area.tsc_to_system_mul.store(mul, SeqCst);
-    area.tsc_shift.store(shift, SeqCst);
-    area.system_time.store(now, SeqCst);
-    area.tsc_timestamp.store(native.rdtsc_ordered(), SeqCst);
-    area.flags
-        .store(if stable { PVCLOCK_TSC_STABLE_BIT } else { 0 }, SeqCst);
-    area.version.store(odd + 1, SeqCst);
+    let flags = if stable { PVCLOCK_TSC_STABLE_BIT } else { 0 };
+    area.publish(native.rdtsc_ordered(), now, mul, shift, flags);
 }
 
 fn bench(c: &mut Criterion) {

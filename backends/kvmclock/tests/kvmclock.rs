@@ -78,7 +78,7 @@ fn stable_host_reads_true_time_without_exits() {
 fn tsc_frequency_is_exact_from_mul_and_shift() {
     let m = SimMachine::kvm();
     let clock = probe(&m).unwrap();
-    let (mul, shift) = clockhal_x86::sim::time_scale(TSC_HZ);
+    let (mul, shift) = clockhal_x86::paravirt::pvclock_time_scale(TSC_HZ).unwrap();
     let (n, d) = pvclock_tsc_hz_ratio(mul, shift).unwrap();
     let f = clock.tsc_frequency().unwrap();
     assert_eq!(f, Frequency::from_ratio(n, d).unwrap());
