@@ -486,6 +486,32 @@ pub fn discover(mem: &impl PhysMemory, rsdp: u64) -> Result<AcpiClocks, AcpiErro
     })
 }
 
+/// A validated ACPI table: where it is and how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AcpiTable {
+    /// Physical address of the table header.
+    pub phys: u64,
+    /// Length in bytes (from the header, checked against the 64 KiB cap).
+    pub len: u32,
+}
+
+/// Finds the first table with `signature` (e.g. `"APIC"`, the MADT) through
+/// the XSDT or RSDT that the RSDP at `rsdp` names, with the same checks as
+/// [`discover`] (checksums, lengths, bounded entry walk). For an OS's own
+/// tables; clockhal itself only needs [`discover`].
+pub fn find_table(
+    mem: &impl PhysMemory,
+    rsdp: u64,
+    signature: &'static str,
+) -> Result<AcpiTable, AcpiError> {
+    let t = root(mem, rsdp)?.find(mem, signature, SDT_HEADER_LEN)?;
+    Ok(AcpiTable {
+        phys: t.phys,
+        len: t.len,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,5 +545,23 @@ mod tests {
         let b = [1u8, 2, 3, 4, 5, 6, 7, 8];
         assert_eq!(u32_at(&b, 0), 0x0403_0201);
         assert_eq!(u64_at(&b, 0), 0x0807_0605_0403_0201);
+    }
+
+    #[test]
+    #[cfg(feature = "sim")]
+    fn find_table_locates_listed_tables_only() {
+        let img = crate::sim::AcpiTablesBuilder::q35().build();
+        let (phys, len) = img.table(b"HPET").unwrap();
+        assert_eq!(
+            find_table(&img.memory(), img.rsdp(), "HPET"),
+            Ok(AcpiTable {
+                phys,
+                len: len as u32
+            })
+        );
+        assert_eq!(
+            find_table(&img.memory(), img.rsdp(), "SRAT"),
+            Err(AcpiError::NotFound { table: "SRAT" })
+        );
     }
 }

@@ -1,11 +1,14 @@
 //! Just enough ACPI to find tables and the CPUs: RSDP -> XSDT/RSDT -> table,
 //! and the local APIC entries of the MADT ("APIC").
 //!
-//! Tables and structures are checksum-verified; anything malformed or above
-//! 4 GiB (not identity mapped) is treated as absent. Kernels may use
+//! Tables are found and checksum-verified by clockhal-x86's ACPI parser;
+//! anything malformed or above 4 GiB (not identity mapped) is treated as
+//! absent. Kernels may use
 //! [`find_table`] for their own tables (HPET, FACP, ...).
 
 use crate::phys;
+pub use clockhal_x86::acpi::AcpiTable;
+use clockhal_x86::OffsetMapping;
 
 /// Length of an ACPI table header (signature, length, ..., creator revision).
 pub const HEADER_LEN: u64 = 36;
@@ -50,63 +53,14 @@ pub fn find_rsdp_in_bios() -> Option<u64> {
         .find(|&p| rsdp_is_valid(p))
 }
 
-/// Physical address of the first ACPI table with `signature` (e.g. `*b"HPET"`),
-/// found through the XSDT (ACPI 2.0+) or the RSDT.
-pub fn find_table(rsdp_paddr: u64, signature: [u8; 4]) -> Option<u64> {
-    tables(rsdp_paddr)?.find(|&table| {
-        // SAFETY: `tables` only yields checksum-verified, mapped tables.
-        let found: [u8; 4] = unsafe { phys::read(table) };
-        found == signature
-    })
-}
-
-/// Iterator over the (verified) tables listed by the root table.
-fn tables(rsdp_paddr: u64) -> Option<impl Iterator<Item = u64>> {
-    if !rsdp_is_valid(rsdp_paddr) {
-        return None;
-    }
-    // SAFETY: the RSDP was validated (36 mapped bytes).
-    let revision: u8 = unsafe { phys::read(rsdp_paddr + 15) };
-    let xsdt: u64 = if revision >= 2 {
-        // SAFETY: as above; offset 24 = XSDT address (revision >= 2).
-        unsafe { phys::read(rsdp_paddr + 24) }
-    } else {
-        0
-    };
-    // SAFETY: as above; offset 16 = RSDT address.
-    let rsdt = u64::from(unsafe { phys::read::<u32>(rsdp_paddr + 16) });
-    let (root, entry_len) = if xsdt != 0 && table_is_valid(xsdt) {
-        (xsdt, 8)
-    } else {
-        (rsdt, 4)
-    };
-    if !table_is_valid(root) {
-        return None;
-    }
-    // SAFETY: the root table is validated; its length field is at offset 4.
-    let len = u64::from(unsafe { phys::read::<u32>(root + 4) });
-    let count = (len - HEADER_LEN) / entry_len;
-    Some((0..count).filter_map(move |i| {
-        let entry = root + HEADER_LEN + i * entry_len;
-        let table = if entry_len == 8 {
-            // SAFETY: the entry lies within the validated root table.
-            unsafe { phys::read::<u64>(entry) }
-        } else {
-            // SAFETY: as above.
-            u64::from(unsafe { phys::read::<u32>(entry) })
-        };
-        table_is_valid(table).then_some(table)
-    }))
-}
-
-/// Whether `paddr` holds a mapped, sanely sized, checksummed table.
-fn table_is_valid(paddr: u64) -> bool {
-    if !phys::is_mapped(paddr, HEADER_LEN) {
-        return false;
-    }
-    // SAFETY: the header is mapped (checked above).
-    let len = u64::from(unsafe { phys::read::<u32>(paddr + 4) });
-    (HEADER_LEN..=1 << 20).contains(&len) && checksum_ok(paddr, len)
+/// The first ACPI table with `signature` (e.g. `"HPET"`), found through the
+/// XSDT (ACPI 2.0+) or the RSDT by clockhal's own parser
+/// ([`clockhal_x86::acpi::find_table`]: checksums, length caps, bounded walk).
+pub fn find_table(rsdp_paddr: u64, signature: &'static str) -> Option<AcpiTable> {
+    // SAFETY: the boot page tables identity-map the low 4 GiB, and firmware
+    // tables there are plain memory (reading them has no side effects).
+    let memory = unsafe { OffsetMapping::new(0, phys::MAPPED_END) };
+    clockhal_x86::acpi::find_table(&memory, rsdp_paddr, signature).ok()
 }
 
 /// One processor from the MADT.
@@ -122,11 +76,10 @@ pub struct LocalApic {
 /// order: type 0 (xAPIC) and type 9 (x2APIC) entries. Returns `false` if
 /// there is no valid MADT.
 pub fn for_each_local_apic(rsdp_paddr: u64, mut f: impl FnMut(LocalApic)) -> bool {
-    let Some(madt) = find_table(rsdp_paddr, *b"APIC") else {
+    let Some(AcpiTable { phys: madt, len }) = find_table(rsdp_paddr, "APIC") else {
         return false;
     };
-    // SAFETY: find_table yields validated tables; length at offset 4.
-    let len = u64::from(unsafe { phys::read::<u32>(madt + 4) });
+    let len = u64::from(len);
     // Entries follow the header, the local APIC address (u32) and flags (u32).
     let mut at = madt + HEADER_LEN + 8;
     let end = madt + len;

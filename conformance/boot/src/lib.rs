@@ -39,6 +39,7 @@ mod cpu;
 mod entry;
 mod exit;
 mod gdt;
+mod hw;
 mod idt;
 mod lapic;
 mod msr;
@@ -53,6 +54,7 @@ mod timeout;
 mod trampoline;
 
 pub use exit::{exit_qemu, EXIT_FAILURE, EXIT_SUCCESS};
+pub use hw::BootHw;
 pub use msr::{try_rdmsr, try_wrmsr};
 pub use panic::panic;
 pub use smp::current_cpu;

@@ -4,7 +4,7 @@
 //! below 4 GiB is also a valid pointer. Anything above is not mapped.
 
 /// End of the identity map.
-const MAPPED_END: u64 = 1 << 32;
+pub(crate) const MAPPED_END: u64 = 1 << 32;
 
 /// Whether `[paddr, paddr + len)` lies inside the identity map. Address 0
 /// counts as "absent" (firmware uses it for "no such structure"); the rest of

@@ -1,8 +1,8 @@
 //! Running borrowed closures on the other CPUs: kvmclock registration, the
 //! TSC warp test, and the suite's cross-CPU check.
 
-use crate::hw::KernelHw;
 use clockhal::tsc::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
+use clockhal_boot::BootHw;
 use clockhal_boot::{println, smp};
 use clockhal_conformance::Cpus;
 
@@ -74,7 +74,7 @@ impl Cpus for BootCpus {
 }
 
 /// The TSC warp test (clockhal-tsc's) between CPU 0 and every other CPU.
-pub fn tsc_warp_test(hw: KernelHw, cpus: usize) -> SyncStatus {
+pub fn tsc_warp_test(hw: BootHw, cpus: usize) -> SyncStatus {
     if cpus <= 1 {
         return SyncStatus::SingleCpu;
     }

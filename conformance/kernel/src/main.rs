@@ -12,7 +12,6 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod cpus;
-mod hw;
 mod table;
 
 use clockhal::x86::paravirt::{PhysMapped, PvclockVcpuTimeInfo};
@@ -64,7 +63,7 @@ fn kmain(info: &'static BootInfo) -> ! {
 
     // SAFETY: we run at CPL0 on a clockhal-boot kernel (IDT with MSR-probe
     // recovery, GS-based CPU index), and clockhal may use the clock hardware.
-    let hw = unsafe { hw::KernelHw::new() };
+    let hw = unsafe { clockhal_boot::BootHw::new() };
     let sync = cpus::tsc_warp_test(hw, cpus);
     println!("kernel: TSC sync status {sync:?}");
 

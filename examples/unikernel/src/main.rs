@@ -16,15 +16,13 @@
 #![no_std]
 #![no_main]
 
-mod hw;
 mod workload;
 
 use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
 use clockhal::x86::{MmioRegion, OffsetMapping};
 use clockhal::{Clock, Duration, Platform, Policy, Probed, Scale, Verdict};
-use clockhal_boot::{println, smp::MAX_CPUS, BootInfo};
+use clockhal_boot::{println, smp::MAX_CPUS, BootHw, BootInfo};
 use core::hint::spin_loop;
-use hw::Machine;
 
 clockhal_boot::entry!(kmain);
 
@@ -48,7 +46,13 @@ fn kmain(info: &BootInfo) -> ! {
         "unikernel: booted; RSDP {:x?}, command line {:?}",
         info.rsdp_paddr, info.cmdline
     );
-    let hw = Machine::new();
+    // clockhal reaches the hardware only through a `Hardware`: the boot
+    // crate's wraps the real instructions and adds what only the OS knows
+    // (#GP recovery for MSR probes, the CPU index).
+    // SAFETY: this is the kernel: it runs at CPL0 on clockhal-boot, and it
+    // lets clockhal read the TSC, CPUID, the clock MSRs CPUID promises and
+    // the I/O ports its ACPI tables name (the PM timer).
+    let hw = unsafe { BootHw::new() };
 
     // --- 1. What only the OS knows --------------------------------------
     // SAFETY: clockhal-boot identity-maps 0..4 GiB, and clockhal only reads
@@ -172,7 +176,7 @@ impl Bracket {
 /// start and at the end; its interval is compared with the selected
 /// source's interval between the bracket midpoints, so slow (trapping)
 /// reads do not bias the result, and the bracket widths bound the error.
-fn compare(probed: &Probed<Machine>, clock: &Clock<'_>) {
+fn compare(probed: &Probed<BootHw>, clock: &Clock<'_>) {
     let selected = clock.source_id();
     let (Some(sel), Some(sel_hz)) = (clock.source(), clock.frequency()) else {
         return;
@@ -255,9 +259,9 @@ fn ppm(value: u64, reference: u64) -> i64 {
 /// that forces that candidate, timing every batch with the OS's `clock`.
 /// Returns whether every usable candidate could be forced.
 fn run_workload(
-    hw: Machine,
+    hw: BootHw,
     platform: &Platform<'_>,
-    probed: &Probed<Machine>,
+    probed: &Probed<BootHw>,
     clock: &Clock<'_>,
     ops: u32,
 ) -> bool {

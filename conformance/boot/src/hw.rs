@@ -1,24 +1,26 @@
-//! The kernel's `Hardware`: the real instructions, plus #GP-recovering MSR
-//! reads and the CPU index from clockhal-boot.
+//! clockhal's hardware seam for kernels booted by this crate: the real
+//! instructions (`clockhal_x86::Native`), plus the two things only the OS
+//! knows — how to survive a #GP from an absent MSR (the IDT's fault fixup)
+//! and which CPU is running (the per-CPU index).
 
-use clockhal::x86::{CpuidResult, Hardware, MmioRegion, Msr, Native};
+use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr, Native};
 
-/// [`Native`] with `try_rdmsr` and `cpu_index` filled in by the boot crate.
+/// [`Native`] with `try_rdmsr` and `cpu_index` filled in by this crate.
 #[derive(Clone, Copy, Debug)]
-pub struct KernelHw {
+pub struct BootHw {
     native: Native,
 }
 
-impl KernelHw {
-    /// The kernel's hardware token.
+impl BootHw {
+    /// The hardware token.
     ///
     /// # Safety
     /// Call at CPL0 on a kernel booted by clockhal-boot (its IDT recovers
     /// faulting MSR probes and its GS base holds the CPU index), which lets
     /// clockhal read the TSC, CPUID, the clock MSRs CPUID promises and the
     /// ports the ACPI tables name.
-    pub unsafe fn new() -> KernelHw {
-        KernelHw {
+    pub unsafe fn new() -> BootHw {
+        BootHw {
             // SAFETY: forwarded from this function's contract (CPL0, clock
             // hardware may be read).
             native: unsafe { Native::new() },
@@ -26,7 +28,7 @@ impl KernelHw {
     }
 }
 
-impl Hardware for KernelHw {
+impl Hardware for BootHw {
     #[inline(always)]
     fn rdtsc(&self) -> u64 {
         self.native.rdtsc()
@@ -46,7 +48,7 @@ impl Hardware for KernelHw {
         self.native.rdmsr(msr)
     }
     fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
-        clockhal_boot::try_rdmsr(msr.number())
+        crate::try_rdmsr(msr.number())
     }
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
         // SAFETY: forwarded; the caller upholds `wrmsr`'s contract.
@@ -72,6 +74,6 @@ impl Hardware for KernelHw {
     }
     #[inline(always)]
     fn cpu_index(&self) -> usize {
-        clockhal_boot::current_cpu()
+        crate::current_cpu()
     }
 }
