@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Boots the example unikernel (examples/unikernel) in QEMU: it probes every
+# Boots the demo unikernel (conformance/kernels/demo) in QEMU: it probes every
 # clock source, prints the verdicts and the selection, compares the sources
 # over a 100 ms busy-wait and runs a clock-heavy workload on each.
 #
@@ -13,8 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 
-KERNEL_DIR=examples/unikernel
-KERNEL=$KERNEL_DIR/target/x86_64-unknown-none/release/clockhal-unikernel
+KERNELS=conformance/kernels
+KERNEL=$KERNELS/target/x86_64-unknown-none/release/clockhal-demo
 # isa-debug-exit: the guest writes 0x10 (success) -> QEMU exits with (0x10 << 1) | 1.
 SUCCESS=33
 
@@ -39,10 +39,10 @@ tcg) ACCEL_ARGS=(-accel tcg) ;;
     ;;
 esac
 
-echo "==> building the unikernel"
-# Its own workspace and target dir (a CARGO_TARGET_DIR meant for host builds
-# must not catch it).
-(cd "$KERNEL_DIR" && cargo build --release --target x86_64-unknown-none --target-dir target)
+echo "==> building the demo unikernel"
+# The kernels' own workspace and target dir (a CARGO_TARGET_DIR meant for
+# host builds must not catch it).
+(cd "$KERNELS" && cargo build --release -p clockhal-demo --target-dir target)
 
 # Later options override earlier ones (-M, -cpu, -m, -smp), so "$@" goes last.
 QEMU_ARGS=("${ACCEL_ARGS[@]}" -M q35 -m 256M -display none -serial stdio -no-reboot

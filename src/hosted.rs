@@ -251,11 +251,11 @@ pub struct Hosted {
 
 impl Hosted {
     /// Takes the TSC rate from the host's live kvmclock page when Linux maps
-    /// one into the process ([`clockhal_x86::hosted::live_tsc_rate`]),
+    /// one into the process ([`clockhal_linux::live_tsc_rate`]),
     /// otherwise calibrates it (within `policy.calibration_budget`, at most
     /// 50 ms); then self-checks both candidates and selects one.
     pub fn probe(policy: &Policy) -> Hosted {
-        let live = clockhal_x86::hosted::live_tsc_rate()
+        let live = clockhal_linux::live_tsc_rate()
             .ok()
             .and_then(|r| Frequency::from_ratio(r.numerator, r.denominator).ok());
         let tsc = match live {

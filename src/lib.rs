@@ -52,7 +52,7 @@
 //!     let map_hpet = |phys: u64, len: usize| {
 //!         let virt = map_uncached(phys, len);
 //!         // SAFETY: `virt` maps the HPET registers, uncached.
-//!         Some(unsafe { MmioRegion::new(virt, len) })
+//!         unsafe { MmioRegion::new(virt, len) }
 //!     };
 //!     let platform = Platform::new()
 //!         .acpi(rsdp, &phys)
@@ -121,7 +121,10 @@ pub use clockhal_core::{
     ClockSource, Duration, Frequency, Instant, Migration, Policy, Quality, ReadCost, Scale,
     Stability, WatchdogConfig, WatchdogVerdict,
 };
-/// The x86_64 hardware seam (`Native`, `MmioRegion`, `PhysMapped`, `sim`).
+/// Linux user-space pieces used by hosted mode (the live pvclock page).
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub use clockhal_linux as linux;
+/// The x86_64 hardware seam (`Native`, `MmioRegion`, `PhysMapped`).
 pub use clockhal_x86 as x86;
 
 /// The ACPI PM timer backend.

@@ -49,7 +49,7 @@ impl fmt::Debug for HpetAccess<'_> {
 /// let map_hpet = |phys: u64, len: usize| -> Option<clockhal_x86::MmioRegion> {
 ///     // Map `phys..phys + len` uncached in the kernel's page tables, then:
 ///     // SAFETY: the mapping above points at the HPET's registers.
-///     Some(unsafe { clockhal_x86::MmioRegion::new(phys as usize, len) })
+///     unsafe { clockhal_x86::MmioRegion::new(phys as usize, len) }
 /// };
 /// let platform = Platform::new()
 ///     .acpi(rsdp, &phys_mem)

@@ -1,8 +1,8 @@
 //! The selected clock as an `embedded_time::Clock`, on the simulator.
 #![cfg(all(feature = "embedded-time", feature = "kvmclock"))]
 
-use clockhal::x86::sim::SimMachine;
 use clockhal::{probe, Duration, Platform, SelfCheck};
+use clockhal_sim::SimMachine;
 use embedded_time::duration::{Microseconds, Nanoseconds};
 use embedded_time::Clock as _;
 

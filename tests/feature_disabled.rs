@@ -9,8 +9,8 @@
     feature = "acpi-pm"
 )))]
 
-use clockhal::x86::sim::SimMachine;
 use clockhal::{probe, Duration, Platform, Rejection, SelfCheck, SourceId, Verdict};
+use clockhal_sim::SimMachine;
 
 #[test]
 fn disabled_backends_are_rejected_with_the_reason() {

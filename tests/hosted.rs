@@ -47,7 +47,7 @@ fn hosted_clock_selects_by_rating_and_keeps_time() {
     println!("{}\n{}", r, r.table());
     // The live kvmclock page's rate when Linux maps one, else calibration.
     let origin = hosted.tsc().expect("a TSC rate").origin();
-    if clockhal::x86::hosted::live_tsc_rate().is_ok() {
+    if clockhal::linux::live_tsc_rate().is_ok() {
         assert_eq!(origin, RateOrigin::Kvmclock);
     } else {
         assert_eq!(origin, RateOrigin::Calibrated);

@@ -10,12 +10,12 @@
 ))]
 
 use clockhal::tsc::SyncStatus;
-use clockhal::x86::sim::{AcpiTablesBuilder, HpetConfig, PmTimerConfig, SimConfig, SimMachine};
 use clockhal::x86::MmioRegion;
 use clockhal::{
     probe, ClockSource, Demotion, Duration, Frequency, Platform, Policy, Quality, ReadCost,
     Rejection, Report, SelfCheck, SourceId, Stability, Verdict, WatchdogEvent,
 };
+use clockhal_sim::{AcpiTablesBuilder, HpetConfig, PmTimerConfig, SimConfig, SimMachine};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 /// A short rate-check interval keeps the simulated pacing loop quick.

@@ -16,8 +16,8 @@ use clockhal::hpet::Hpet;
 use clockhal::hyperv::{Hyperv, HypervConfig};
 use clockhal::kvmclock::{Kvmclock, KvmclockConfig};
 use clockhal::tsc::{SyncStatus, Tsc, TscOptions};
-use clockhal::x86::sim::{PmTimerConfig, SimConfig, SimMachine};
 use clockhal::{ClockSource, Policy};
+use clockhal_sim::{PmTimerConfig, SimConfig, SimMachine};
 
 const READS: u64 = 1_000;
 

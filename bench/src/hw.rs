@@ -145,6 +145,11 @@ impl Hardware for UserHw {
     fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64) {
         let _ = (region, offset, value);
     }
+    /// Its hypervisor is a stand-in: MSR writes (registrations) go nowhere,
+    /// so the simulator's memory is what it accepts.
+    fn is_simulated(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

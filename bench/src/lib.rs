@@ -10,8 +10,10 @@
 //!   against CLOCK_MONOTONIC_RAW.
 //! - [`measure`]: batched timing and the median/min/max statistics.
 //! - [`report`]: the human table and `read-cost.json`.
+//! - [`support`]: helpers of the criterion benches in `benches/`.
 
 pub mod host;
 pub mod hw;
 pub mod measure;
 pub mod report;
+pub mod support;

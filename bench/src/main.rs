@@ -8,7 +8,7 @@
 use clockhal_bench::host::{self, pin_to_cpu};
 use clockhal_bench::measure::{self, Row};
 use clockhal_bench::report;
-use clockhal_x86::hosted::live_pvclock;
+use clockhal_linux::live_pvclock;
 use clockhal_x86::Native;
 use std::path::PathBuf;
 use std::time::Duration;

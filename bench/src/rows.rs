@@ -6,12 +6,12 @@ use clockhal_bench::measure::Row;
 use clockhal_core::{ClockSource, Frequency, Policy, Scale};
 use clockhal_hyperv::{Hyperv, HypervConfig};
 use clockhal_kvmclock::{read_area, Kvmclock, KvmclockConfig};
+use clockhal_linux::LivePvclock;
+use clockhal_sim::SharedMemory;
 use clockhal_tsc::{RateProvenance, SyncStatus, Tsc, TscOptions};
-use clockhal_x86::hosted::LivePvclock;
 use clockhal_x86::paravirt::{
     hv_next_sequence, hv_reference_scale, pvclock_time_scale, PVCLOCK_TSC_STABLE_BIT,
 };
-use clockhal_x86::sim::SharedMemory;
 use clockhal_x86::{Hardware, Native};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

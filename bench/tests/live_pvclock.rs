@@ -9,7 +9,7 @@
 
 use clockhal_bench::host::{self, median, ppm};
 use clockhal_kvmclock::{area_tsc_frequency, read_area};
-use clockhal_x86::hosted::{live_pvclock, LivePvclock};
+use clockhal_linux::{live_pvclock, LivePvclock};
 use clockhal_x86::{Hardware, Native};
 use std::collections::BTreeSet;
 use std::time::Duration;

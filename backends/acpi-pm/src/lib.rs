@@ -17,7 +17,7 @@
 //! ```
 //! use clockhal_acpi_pm::{AcpiPm, PmMode};
 //! use clockhal_core::{ClockSource, Policy};
-//! use clockhal_x86::sim::SimMachine;
+//! use clockhal_sim::SimMachine;
 //!
 //! let m = SimMachine::kvm(); // QEMU: 24-bit at port 0x608
 //! let pm = AcpiPm::probe(&m, 0x608, false, &Policy::new()).unwrap();

@@ -2,7 +2,7 @@
 
 use clockhal_acpi_pm::{AcpiPm, AcpiPmError, PmMode, PM_TIMER_HZ};
 use clockhal_core::{ClockSource, Policy, Quality, ReadCost, Stability};
-use clockhal_x86::sim::{PmTimerConfig, SimConfig, SimMachine};
+use clockhal_sim::{PmTimerConfig, SimConfig, SimMachine};
 use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -189,7 +189,7 @@ fn descriptors() {
 
 #[test]
 fn from_acpi_tables_to_a_running_clock() {
-    let tables = clockhal_x86::sim::AcpiTablesBuilder::q35().build();
+    let tables = clockhal_sim::AcpiTablesBuilder::q35().build();
     let info = clockhal_x86::acpi::discover(&tables.memory(), tables.rsdp())
         .unwrap()
         .pm_timer

@@ -15,7 +15,7 @@
 //! ```
 //! use clockhal_core::{ClockSource, Policy};
 //! use clockhal_hpet::Hpet;
-//! use clockhal_x86::sim::SimMachine;
+//! use clockhal_sim::SimMachine;
 //!
 //! let m = SimMachine::kvm(); // QEMU's 100 MHz, 64-bit HPET
 //! let hpet = Hpet::probe(&m, m.hpet_region().unwrap(), &Policy::new()).unwrap();

@@ -2,7 +2,7 @@
 
 use clockhal_core::{ClockSource, Frequency, Policy, Quality, ReadCost, Stability};
 use clockhal_hpet::{Hpet, HpetError};
-use clockhal_x86::sim::{HpetConfig, SimConfig, SimMachine};
+use clockhal_sim::{HpetConfig, SimConfig, SimMachine};
 use clockhal_x86::{Hardware, MmioRegion};
 
 fn machine(hpet: HpetConfig) -> SimMachine {
@@ -226,7 +226,7 @@ fn counter_reset_behind_our_back_never_steps_back() {
 
 #[test]
 fn from_acpi_tables_to_a_running_clock() {
-    let tables = clockhal_x86::sim::AcpiTablesBuilder::q35().build();
+    let tables = clockhal_sim::AcpiTablesBuilder::q35().build();
     let info = clockhal_x86::acpi::discover(&tables.memory(), tables.rsdp())
         .unwrap()
         .hpet

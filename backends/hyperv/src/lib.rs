@@ -8,7 +8,7 @@
 //! ```
 //! use clockhal_core::{ClockSource, Policy};
 //! use clockhal_hyperv::{Hyperv, HypervConfig};
-//! use clockhal_x86::sim::SimMachine;
+//! use clockhal_sim::SimMachine;
 //!
 //! let m = SimMachine::hyperv();
 //! let page = m.alloc_hv_page(); // the OS's memory, 4 KiB aligned

@@ -7,8 +7,8 @@ use clockhal_hyperv::{
     read_reference_page, Hyperv, HypervConfig, HypervError, PageError, DEFAULT_GUEST_OS_ID,
     GUARD_SLACK, MAX_READ_ATTEMPTS,
 };
+use clockhal_sim::{HypervConfig as SimHv, SimConfig, SimMachine};
 use clockhal_x86::paravirt::HvReferenceTscPage;
-use clockhal_x86::sim::{HypervConfig as SimHv, SimConfig, SimMachine};
 use clockhal_x86::{Hardware, Msr};
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::Arc;
@@ -128,7 +128,7 @@ fn page_to_msr_switches_never_step_back() {
     let hv = with_page(&m).unwrap();
     let page = hv.page().unwrap();
     let (scale, offset) = m
-        .with_hyperv(|_, ctx| clockhal_x86::sim::HypervHost::scale_offset(ctx))
+        .with_hyperv(|_, ctx| clockhal_sim::HypervHost::scale_offset(ctx))
         .unwrap();
     m.with_hyperv(|h, ctx| {
         h.set_page_override(Some((scale, offset + 30)));
@@ -287,7 +287,7 @@ fn hostile_page_is_refused_at_probe() {
     }
     let m = SimMachine::hyperv();
     let (scale, offset) = m
-        .with_hyperv(|_, ctx| clockhal_x86::sim::HypervHost::scale_offset(ctx))
+        .with_hyperv(|_, ctx| clockhal_sim::HypervHost::scale_offset(ctx))
         .unwrap();
     m.with_hyperv(|h, _| h.set_page_override(Some((scale, offset + 1_000_000))));
     let hv = with_page(&m).unwrap();
@@ -400,7 +400,7 @@ fn every_probe_failure_returns_its_error() {
     );
     // Signature without the "Hv#1" interface.
     let m = SimMachine::hyperv_config()
-        .with_cpuid(0x4000_0001, 0, clockhal_x86::sim::regs(0, 0, 0, 0))
+        .with_cpuid(0x4000_0001, 0, clockhal_sim::regs(0, 0, 0, 0))
         .build();
     assert_eq!(probe(&m), Err(HypervError::NoHvInterface));
     // Neither time source.

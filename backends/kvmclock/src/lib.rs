@@ -8,7 +8,7 @@
 //! ```
 //! use clockhal_core::{ClockSource, Policy};
 //! use clockhal_kvmclock::{Kvmclock, KvmclockConfig};
-//! use clockhal_x86::sim::SimMachine;
+//! use clockhal_sim::SimMachine;
 //!
 //! let m = SimMachine::kvm();
 //! let areas = m.alloc_pvclock_areas(1); // the OS's memory, one area per CPU

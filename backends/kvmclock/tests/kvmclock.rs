@@ -5,8 +5,8 @@ use clockhal_core::{ClockSource, Frequency, Policy, ReadCost, Stability};
 use clockhal_kvmclock::{
     read_area, Kvmclock, KvmclockConfig, KvmclockError, PvclockError, GUARD_SLACK_NS,
 };
+use clockhal_sim::{KvmConfig, SimConfig, SimMachine};
 use clockhal_x86::paravirt::{pvclock_tsc_hz_ratio, PvclockVcpuTimeInfo};
-use clockhal_x86::sim::{KvmConfig, SimConfig, SimMachine};
 use clockhal_x86::Hardware;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::Arc;
@@ -516,7 +516,7 @@ fn kvm_behind_hyperv_enlightenments_is_found_at_0x40000100() {
         ..KvmConfig::default()
     };
     let m = SimConfig::cpu(TSC_HZ)
-        .with_hyperv(clockhal_x86::sim::HypervConfig::default())
+        .with_hyperv(clockhal_sim::HypervConfig::default())
         .with_kvm(kvm)
         .build();
     let clock = probe(&m).unwrap();

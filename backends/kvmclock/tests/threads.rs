@@ -4,7 +4,7 @@
 
 use clockhal_core::Policy;
 use clockhal_kvmclock::{Kvmclock, KvmclockConfig, GUARD_SLACK_NS};
-use clockhal_x86::sim::{KvmConfig, SimConfig, SimMachine};
+use clockhal_sim::{KvmConfig, SimConfig, SimMachine};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Barrier};
 

@@ -227,7 +227,7 @@ fn ppm_ceil(error: u128, of: u128) -> u128 {
 /// use clockhal_core::{Duration, Policy};
 /// use clockhal_hpet::Hpet;
 /// use clockhal_tsc::calibrate;
-/// use clockhal_x86::sim::SimMachine;
+/// use clockhal_sim::SimMachine;
 /// let m = SimMachine::kvm();
 /// let hpet = Hpet::probe(&m, m.hpet_region().unwrap(), &Policy::new()).unwrap();
 /// let c = calibrate(&m, &hpet, Duration::from_millis(10)).unwrap();

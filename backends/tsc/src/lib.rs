@@ -43,7 +43,7 @@
 //! ```
 //! use clockhal_core::{ClockSource, Policy};
 //! use clockhal_tsc::{RateProvenance, SyncStatus, Tsc, TscOptions};
-//! use clockhal_x86::sim::SimMachine;
+//! use clockhal_sim::SimMachine;
 //!
 //! let m = SimMachine::bare_metal(); // invariant TSC, CPUID 0x15
 //! let opts = TscOptions { sync: SyncStatus::SingleCpu, ..TscOptions::new() };

@@ -297,7 +297,7 @@ impl fmt::Display for WarpReport {
 ///
 /// ```
 /// use clockhal_tsc::{warp_participant, SyncStatus, WarpBudget, WarpShared};
-/// use clockhal_x86::sim::SimConfig;
+/// use clockhal_sim::SimConfig;
 /// // Two CPUs whose TSCs differ by 100,000 ticks (50 µs).
 /// let m = SimConfig::cpu(2_000_000_000).with_cpus(2, &[0, -100_000]).build();
 /// let shared = WarpShared::new();

@@ -4,10 +4,10 @@
 use clockhal_acpi_pm::AcpiPm;
 use clockhal_core::{ClockSource, Duration, Frequency, Policy, Quality, ReadCost, Stability};
 use clockhal_hpet::Hpet;
+use clockhal_sim::{SimConfig, SimMachine};
 use clockhal_tsc::{
     calibrate, CalibrationError, RateCheck, RateProvenance, SyncStatus, Tsc, TscOptions,
 };
-use clockhal_x86::sim::{SimConfig, SimMachine};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -204,7 +204,7 @@ fn probe_without_stated_rate_calibrates_with_the_policy_budget() {
     // An odd rate that nothing states: only calibration can find it.
     let m2 = SimConfig::cpu(2_345_678_901)
         .with_invariant_tsc(true)
-        .with_hpet(clockhal_x86::sim::HpetConfig::qemu())
+        .with_hpet(clockhal_sim::HpetConfig::qemu())
         .build();
     let h = hpet(&m2);
     let opts = TscOptions {
@@ -244,7 +244,7 @@ fn correct_cpuid_rate_is_confirmed() {
     let m = SimConfig::cpu(2_592_000_000)
         .with_invariant_tsc(true)
         .with_tsc_leaf(2, 216, 24_000_000)
-        .with_hpet(clockhal_x86::sim::HpetConfig::classic())
+        .with_hpet(clockhal_sim::HpetConfig::classic())
         .build();
     let h = hpet(&m);
     let opts = TscOptions {
@@ -268,7 +268,7 @@ fn wrong_cpuid_rate_is_overruled_by_calibration() {
     let m = SimConfig::cpu(2_600_000_000)
         .with_invariant_tsc(true)
         .with_tsc_leaf(2, 216, 24_000_000)
-        .with_hpet(clockhal_x86::sim::HpetConfig::qemu())
+        .with_hpet(clockhal_sim::HpetConfig::qemu())
         .build();
     let h = hpet(&m);
     let opts = TscOptions {

@@ -2,8 +2,8 @@
 
 use clockhal_core::{ClockSource, Frequency, Migration, Policy, Quality, ReadCost, Stability};
 use clockhal_hpet::Hpet;
+use clockhal_sim::{regs, HpetConfig, KvmConfig, SimConfig, SimMachine};
 use clockhal_tsc::{RateCheck, RateProvenance, SyncStatus, Tsc, TscError, TscOptions};
-use clockhal_x86::sim::{regs, HpetConfig, KvmConfig, SimConfig, SimMachine};
 
 fn hz(f: u64) -> Frequency {
     Frequency::from_hz(f).unwrap()

@@ -1,10 +1,10 @@
 //! The SMP warp test with two host threads on a two-CPU simulated machine.
 
 use clockhal_core::ClockSource;
+use clockhal_sim::{SimConfig, SimMachine};
 use clockhal_tsc::{
     warp_participant, SyncStatus, Tsc, TscOptions, WarpBudget, WarpReport, WarpShared,
 };
-use clockhal_x86::sim::{SimConfig, SimMachine};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! # clockhal-matrix
 //!
-//! Builds the conformance kernel (`conformance/kernel`) and boots it under
+//! Builds the conformance kernel (`conformance/kernels/pvh`) and boots it under
 //! every QEMU configuration of [`configs::CONFIGS`], two at a time, each
 //! under `timeout`. Parses the kernel's result lines
 //! ([`clockhal_conformance::line`]), compares them with the expectation
@@ -28,7 +28,7 @@ use std::sync::Mutex;
 
 const USAGE: &str = "\
 usage: clockhal-matrix [--kernel PATH] [--only NAME[,NAME..]] [--timeout SECS] [--jobs N] [--verbose]
-  --kernel PATH   boot this ELF instead of building conformance/kernel
+  --kernel PATH   boot this ELF instead of building conformance/kernels/pvh
   --only NAMES    run only these configurations (comma-separated, repeatable)
   --timeout SECS  per-QEMU timeout (default 90)
   --jobs N        configurations run in parallel (default 2)
@@ -111,8 +111,8 @@ fn main() -> ExitCode {
     let kernel = match &args.kernel {
         Some(k) => k.clone(),
         None => {
-            eprintln!("building conformance/kernel ...");
-            match qemu::build_kernel(&root.join("conformance/kernel")) {
+            eprintln!("building conformance/kernels/pvh ...");
+            match qemu::build_kernel(&root.join("conformance/kernels/pvh")) {
                 Ok(k) => k,
                 Err(e) => {
                     eprintln!("{e}");

@@ -11,8 +11,8 @@ use clockhal_core::{ClockSource, Frequency, Policy};
 use clockhal_hpet::Hpet;
 use clockhal_hyperv::{Hyperv, HypervConfig};
 use clockhal_kvmclock::{Kvmclock, KvmclockConfig};
+use clockhal_sim::SimMachine;
 use clockhal_tsc::{RateProvenance, SyncStatus, Tsc, TscOptions};
-use clockhal_x86::sim::SimMachine;
 use common::*;
 
 fn tsc<'m>(

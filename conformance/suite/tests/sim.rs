@@ -5,7 +5,7 @@ mod common;
 
 use clockhal_conformance::{Check, Config, Status, Value};
 use clockhal_core::{ClockSource, Duration};
-use clockhal_x86::sim::{HpetConfig, PmTimerConfig, SimConfig, SimMachine};
+use clockhal_sim::{HpetConfig, PmTimerConfig, SimConfig, SimMachine};
 use common::*;
 use std::sync::atomic::AtomicU64;
 

@@ -4,7 +4,7 @@
 
 use clockhal_conformance::{Check, CheckResult, Config, Cpus, Status, Suite, Summary, Value};
 use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability, WrapExtender};
-use clockhal_x86::sim::SimMachine;
+use clockhal_sim::SimMachine;
 use clockhal_x86::{Hardware, MmioRegion};
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,0 +1,234 @@
+//! Simulated KVM host: pvclock areas and the wall clock.
+
+use super::SimCtx;
+use clockhal_x86::paravirt::{
+    pvclock_time_scale, PvclockVcpuTimeInfo, PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
+};
+use std::sync::atomic::Ordering::{Release, SeqCst};
+use std::vec::Vec;
+
+const MSR_WALL_OLD: u32 = 0x11;
+const MSR_SYSTEM_OLD: u32 = 0x12;
+const MSR_WALL_NEW: u32 = 0x4b56_4d00;
+const MSR_SYSTEM_NEW: u32 = 0x4b56_4d01;
+
+/// How the simulated KVM host presents itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvmConfig {
+    /// CPUID base of the KVM range (0x40000100 behind Hyper-V enlightenments).
+    pub cpuid_base: u32,
+    /// Highest leaf offset reported at the base (EAX - base).
+    pub cpuid_max_offset: u32,
+    /// CLOCKSOURCE (old MSRs 0x11/0x12).
+    pub clocksource: bool,
+    /// CLOCKSOURCE2 (new MSRs).
+    pub clocksource2: bool,
+    /// CPUID CLOCKSOURCE_STABLE_BIT (permission to trust the flag).
+    pub stable_bit: bool,
+    /// Whether the host sets PVCLOCK_TSC_STABLE_BIT in the areas.
+    pub stable_flag: bool,
+    /// Wall-clock seconds at machine time 0.
+    pub wall_epoch_sec: u32,
+}
+
+impl Default for KvmConfig {
+    fn default() -> Self {
+        KvmConfig {
+            cpuid_base: 0x4000_0000,
+            cpuid_max_offset: 1,
+            clocksource: true,
+            clocksource2: true,
+            stable_bit: true,
+            stable_flag: true,
+            wall_epoch_sec: 1_790_000_000,
+        }
+    }
+}
+
+impl KvmConfig {
+    /// CPUID base+1 EAX for this config.
+    pub fn feature_eax(&self) -> u32 {
+        (self.clocksource as u32) | (self.clocksource2 as u32) << 3 | (self.stable_bit as u32) << 24
+    }
+}
+
+/// The simulated KVM host.
+#[derive(Debug)]
+pub struct KvmHost {
+    config: KvmConfig,
+    /// Per-CPU registered system-time area (guest-physical address).
+    registered: Vec<Option<u64>>,
+    /// Last value written to the system-time MSR, per CPU.
+    msr_value: Vec<u64>,
+    /// Pending guest-stopped notification per CPU.
+    stopped: Vec<bool>,
+    /// Error the host adds to `system_time` per CPU (fault injection).
+    skew_ns: Vec<i64>,
+    /// `(mul, shift)` written instead of the true scale (fault injection).
+    scale_override: Option<(u32, i8)>,
+}
+
+impl KvmHost {
+    /// A host per `config`.
+    pub fn new(config: KvmConfig) -> Self {
+        KvmHost {
+            config,
+            registered: Vec::new(),
+            msr_value: Vec::new(),
+            stopped: Vec::new(),
+            skew_ns: Vec::new(),
+            scale_override: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &KvmConfig {
+        &self.config
+    }
+
+    fn grow(&mut self, cpu: usize) {
+        if self.registered.len() <= cpu {
+            self.registered.resize(cpu + 1, None);
+            self.msr_value.resize(cpu + 1, 0);
+            self.stopped.resize(cpu + 1, false);
+            self.skew_ns.resize(cpu + 1, 0);
+        }
+    }
+
+    /// The area registered by `cpu`, if any.
+    pub fn area(&self, ctx: &SimCtx<'_>, cpu: usize) -> Option<&'static PvclockVcpuTimeInfo> {
+        let phys = (*self.registered.get(cpu)?)?;
+        ctx.memory.pvclock(phys)
+    }
+
+    /// The guest-physical address `cpu` registered, if any.
+    pub fn registered(&self, cpu: usize) -> Option<u64> {
+        self.registered.get(cpu).copied().flatten()
+    }
+
+    /// Whether the host sets `PVCLOCK_TSC_STABLE_BIT` from the next update
+    /// on (the CPUID permission bit stays as configured).
+    pub fn set_stable_flag(&mut self, on: bool) {
+        self.config.stable_flag = on;
+    }
+
+    /// Makes the host's `system_time` for `cpu` (`None`: every CPU) off by
+    /// `skew_ns` from the next update on: per-CPU disagreement of an
+    /// unstable host, or (same negative skew everywhere) a host whose clock
+    /// steps backwards.
+    pub fn set_system_time_skew(&mut self, cpu: Option<usize>, skew_ns: i64) {
+        match cpu {
+            Some(c) => {
+                self.grow(c);
+                self.skew_ns[c] = skew_ns;
+            }
+            None => self.skew_ns.iter_mut().for_each(|s| *s = skew_ns),
+        }
+    }
+
+    /// Writes `(mul, shift)` instead of the true scale from the next update
+    /// on (`None` restores the truth): a zero multiplier, any shift.
+    pub fn set_scale_override(&mut self, scale: Option<(u32, i8)>) {
+        self.scale_override = scale;
+    }
+
+    /// Starts an update of `cpu`'s area and never finishes it: the version
+    /// stays odd until [`update`](Self::update) runs again.
+    pub fn stall_update(&mut self, ctx: &SimCtx<'_>, cpu: usize) {
+        if let Some(area) = self.area(ctx, cpu) {
+            let v = area.version.load(SeqCst);
+            area.version.store(v | 1, SeqCst);
+        }
+    }
+
+    /// Rewrites `cpu`'s area from the current machine time (what KVM does on
+    /// a clock update request), using the seqlock protocol.
+    pub fn update(&mut self, ctx: &SimCtx<'_>, cpu: usize) {
+        let Some(area) = self.area(ctx, cpu) else {
+            return;
+        };
+        let (mul, shift) = self
+            .scale_override
+            .or(pvclock_time_scale(ctx.tsc_hz.max(1)))
+            .unwrap_or((0, 0));
+        let skew = self.skew_ns.get(cpu).copied().unwrap_or(0);
+        let system_time = (ctx.now_ns as i128 + skew as i128).clamp(0, u64::MAX as i128) as u64;
+        let mut flags = if self.config.stable_flag {
+            PVCLOCK_TSC_STABLE_BIT
+        } else {
+            0
+        };
+        if self.stopped.get(cpu).copied().unwrap_or(false) {
+            flags |= PVCLOCK_GUEST_STOPPED;
+            self.stopped[cpu] = false;
+        }
+        // An update that was left open (stall_update) is finished, not restarted.
+        area.publish(ctx.tsc(cpu), system_time, mul, shift, flags);
+    }
+
+    /// Updates every registered area.
+    pub fn update_all(&mut self, ctx: &SimCtx<'_>) {
+        for cpu in 0..self.registered.len() {
+            self.update(ctx, cpu);
+        }
+    }
+
+    /// Marks every vCPU as stopped (host paused the guest, KVM's
+    /// `KVM_KVMCLOCK_CTRL`); the flag appears at each area's next update.
+    pub fn pause_guest(&mut self) {
+        for s in &mut self.stopped {
+            *s = true;
+        }
+    }
+
+    pub(super) fn rdmsr(&mut self, ctx: &SimCtx<'_>, msr: u32) -> Option<Option<u64>> {
+        match msr {
+            MSR_SYSTEM_NEW if self.config.clocksource2 => {}
+            MSR_SYSTEM_OLD if self.config.clocksource => {}
+            MSR_WALL_NEW | MSR_SYSTEM_NEW | MSR_WALL_OLD | MSR_SYSTEM_OLD => return Some(None),
+            _ => return None,
+        }
+        self.grow(ctx.cpu);
+        Some(Some(self.msr_value[ctx.cpu]))
+    }
+
+    pub(super) fn wrmsr(
+        &mut self,
+        ctx: &SimCtx<'_>,
+        msr: u32,
+        value: u64,
+    ) -> Option<Result<(), ()>> {
+        let allowed = match msr {
+            MSR_SYSTEM_NEW | MSR_WALL_NEW => self.config.clocksource2,
+            MSR_SYSTEM_OLD | MSR_WALL_OLD => self.config.clocksource,
+            _ => return None,
+        };
+        if !allowed {
+            return Some(Err(()));
+        }
+        self.grow(ctx.cpu);
+        match msr {
+            MSR_SYSTEM_NEW | MSR_SYSTEM_OLD => {
+                self.msr_value[ctx.cpu] = value;
+                if value & 1 != 0 {
+                    self.registered[ctx.cpu] = Some(value & !1);
+                    self.update(ctx, ctx.cpu);
+                } else {
+                    self.registered[ctx.cpu] = None;
+                }
+            }
+            _ => {
+                if let Some(w) = ctx.memory.wall_clock(value) {
+                    let v = w.version.load(SeqCst);
+                    w.version.store(v.wrapping_add(1) | 1, SeqCst);
+                    let boot_ns = self.config.wall_epoch_sec as u64 * 1_000_000_000;
+                    w.sec.store((boot_ns / 1_000_000_000) as u32, Release);
+                    w.nsec.store((boot_ns % 1_000_000_000) as u32, Release);
+                    w.version
+                        .store((v.wrapping_add(1) | 1).wrapping_add(1), SeqCst);
+                }
+            }
+        }
+        Some(Ok(()))
+    }
+}

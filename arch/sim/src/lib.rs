@@ -1,0 +1,882 @@
+//! A deterministic simulated x86_64 machine for host tests.
+//!
+//! - **Time** is a nanosecond counter that only moves when the machine is
+//!   used: every `rdtsc` costs [`SimCosts::rdtsc_ns`], every trapping access
+//!   (MSR, port, MMIO) [`SimCosts::trap_ns`], every `cpuid`
+//!   [`SimCosts::cpuid_ns`]; tests add more with [`SimMachine::advance`]. So
+//!   runs are repeatable and spin loops always terminate.
+//! - **CPUs**: any number, each with its own TSC offset; the calling thread's
+//!   CPU is chosen with [`SimMachine::set_cpu`] / [`SimMachine::on_cpu`].
+//! - **CPUID** comes from a table; leaves not in it read as zero, or as
+//!   deterministic garbage with [`SimConfig::cpuid_garbage`] (QEMU TCG above a
+//!   range's maximum leaf).
+//! - **Devices**: a KVM host that writes pvclock areas registered via MSR
+//!   ([`KvmHost`]), a Hyper-V partition with the reference TSC page and
+//!   TIME_REF_COUNT ([`HypervHost`]), an HPET ([`Hpet`]) and an ACPI PM timer
+//!   ([`PmTimer`]), each with fault injection.
+//! - **Trap counters**: every MSR, port and MMIO access is counted
+//!   ([`TrapCounts`]), so a test can assert "exactly one exit per read".
+//! - **Memory** shared with the "hypervisor" is allocated by the machine
+//!   ([`SimMachine::alloc_pvclock_areas`], ...), which remembers the fake
+//!   physical address it handed out.
+//!
+//! ```
+//! use clockhal_sim::SimMachine;
+//! use clockhal_x86::Hardware;
+//! let m = SimMachine::bare_metal();
+//! let a = m.rdtsc();
+//! m.advance(1_000); // 1 us
+//! assert!(m.rdtsc() - a >= 2_592);
+//! ```
+
+#![deny(unsafe_code)]
+
+mod acpi_tables;
+mod hpet;
+mod hyperv;
+mod kvm;
+mod memory;
+mod pm_timer;
+#[cfg(target_arch = "x86_64")]
+mod real_tsc;
+
+pub use acpi_tables::{AcpiImage, AcpiTablesBuilder, FadtSpec, HpetTableSpec};
+pub use hpet::{Hpet, HpetConfig};
+pub use hyperv::{HypervConfig, HypervHost};
+pub use kvm::{KvmConfig, KvmHost};
+pub use memory::SharedMemory;
+pub use pm_timer::{PmTimer, PmTimerConfig};
+#[cfg(target_arch = "x86_64")]
+pub use real_tsc::RealTsc;
+
+use clockhal_x86::paravirt::{
+    HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo, PvclockWallClock,
+};
+use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr};
+use std::boxed::Box;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::vec::Vec;
+
+std::thread_local! {
+    static CURRENT_CPU: Cell<usize> = const { Cell::new(0) };
+}
+
+/// What an MSR that no device implements does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnknownMsr {
+    /// Raise #GP (KVM, real hardware): `rdmsr` panics with "simulated #GP",
+    /// `try_rdmsr` returns `None`.
+    Fault,
+    /// Read as 0, ignore writes (QEMU TCG).
+    ReadZero,
+}
+
+/// Simulated cost of each kind of access, in nanoseconds of machine time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimCosts {
+    /// `rdtsc`/`rdtscp`.
+    pub rdtsc_ns: u64,
+    /// `cpuid` (a VM exit under a hypervisor).
+    pub cpuid_ns: u64,
+    /// MSR, port or MMIO access.
+    pub trap_ns: u64,
+}
+
+impl Default for SimCosts {
+    fn default() -> Self {
+        SimCosts {
+            rdtsc_ns: 10,
+            cpuid_ns: 100,
+            trap_ns: 1_000,
+        }
+    }
+}
+
+/// Everything that defines a simulated machine.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The TSC's true rate in Hz.
+    pub tsc_hz: u64,
+    /// Per-CPU TSC offsets in ticks (length = CPU count).
+    pub tsc_offsets: Vec<i64>,
+    /// CPUID table: (leaf, subleaf) -> registers.
+    pub cpuid: BTreeMap<(u32, u32), CpuidResult>,
+    /// Leaves missing from the table return garbage instead of zeros.
+    pub cpuid_garbage: bool,
+    /// Behaviour of unimplemented MSRs.
+    pub unknown_msr: UnknownMsr,
+    /// Access costs.
+    pub costs: SimCosts,
+    /// Machine time at power-on, in ns.
+    pub start_ns: u64,
+    /// KVM host, if any.
+    pub kvm: Option<KvmConfig>,
+    /// Hyper-V partition, if any.
+    pub hyperv: Option<HypervConfig>,
+    /// HPET, if any.
+    pub hpet: Option<HpetConfig>,
+    /// ACPI PM timer, if any.
+    pub pm_timer: Option<PmTimerConfig>,
+}
+
+/// The four CPUID registers, for table building.
+pub const fn regs(eax: u32, ebx: u32, ecx: u32, edx: u32) -> CpuidResult {
+    CpuidResult { eax, ebx, ecx, edx }
+}
+
+fn sig_regs(max: u32, sig: &[u8; 12]) -> CpuidResult {
+    let w = |i: usize| u32::from_le_bytes([sig[i], sig[i + 1], sig[i + 2], sig[i + 3]]);
+    regs(max, w(0), w(4), w(8))
+}
+
+impl SimConfig {
+    /// A bare CPU: GenuineIntel, max basic leaf 0x16, max extended leaf
+    /// 0x80000008, TSC at `tsc_hz`, one CPU, nothing else.
+    pub fn cpu(tsc_hz: u64) -> SimConfig {
+        let mut cpuid = BTreeMap::new();
+        // "GenuineIntel" is EBX,EDX,ECX = "Genu","ineI","ntel".
+        cpuid.insert(
+            (0, 0),
+            regs(
+                0x16,
+                u32::from_le_bytes(*b"Genu"),
+                u32::from_le_bytes(*b"ntel"),
+                u32::from_le_bytes(*b"ineI"),
+            ),
+        );
+        cpuid.insert((1, 0), regs(0x000906EA, 0, 0, 1 << 4)); // TSC
+        cpuid.insert((0x8000_0000, 0), regs(0x8000_0008, 0, 0, 0));
+        cpuid.insert((0x8000_0001, 0), regs(0, 0, 0, 1 << 27)); // RDTSCP
+        SimConfig {
+            tsc_hz,
+            tsc_offsets: vec![0],
+            cpuid,
+            cpuid_garbage: false,
+            unknown_msr: UnknownMsr::Fault,
+            costs: SimCosts::default(),
+            start_ns: 1_000_000_000,
+            kvm: None,
+            hyperv: None,
+            hpet: None,
+            pm_timer: None,
+        }
+    }
+
+    /// Sets a CPUID leaf.
+    pub fn with_cpuid(mut self, leaf: u32, subleaf: u32, r: CpuidResult) -> Self {
+        self.cpuid.insert((leaf, subleaf), r);
+        self
+    }
+
+    /// Removes a CPUID leaf (it then reads as zero or garbage).
+    pub fn without_cpuid(mut self, leaf: u32, subleaf: u32) -> Self {
+        self.cpuid.remove(&(leaf, subleaf));
+        self
+    }
+
+    /// Sets CPUID.80000007:EDX bit 8 (invariant TSC).
+    pub fn with_invariant_tsc(self, on: bool) -> Self {
+        self.with_cpuid(0x8000_0007, 0, regs(0, 0, 0, if on { 1 << 8 } else { 0 }))
+    }
+
+    /// Sets leaf 0x15 (denominator, numerator, crystal Hz).
+    pub fn with_tsc_leaf(self, den: u32, num: u32, crystal_hz: u32) -> Self {
+        self.with_cpuid(0x15, 0, regs(den, num, crystal_hz, 0))
+    }
+
+    /// `n` CPUs, CPU `i` with TSC offset `offsets[i]` (missing ones 0).
+    pub fn with_cpus(mut self, n: usize, offsets: &[i64]) -> Self {
+        self.tsc_offsets = (0..n.max(1))
+            .map(|i| offsets.get(i).copied().unwrap_or(0))
+            .collect();
+        self
+    }
+
+    /// Sets the hypervisor-present bit and a signature range at `base`.
+    pub fn with_hypervisor(mut self, base: u32, max_leaf: u32, sig: &[u8; 12]) -> Self {
+        let mut l1 = self.cpuid.get(&(1, 0)).copied().unwrap_or_default();
+        l1.ecx |= 1 << 31;
+        self.cpuid.insert((1, 0), l1);
+        self.cpuid.insert((base, 0), sig_regs(max_leaf, sig));
+        self
+    }
+
+    /// Adds a KVM host (and its CPUID range per the config).
+    pub fn with_kvm(mut self, kvm: KvmConfig) -> Self {
+        let base = kvm.cpuid_base;
+        self = self.with_hypervisor(
+            base,
+            base + kvm.cpuid_max_offset,
+            clockhal_x86::cpuid::KVM_SIGNATURE,
+        );
+        self.cpuid
+            .insert((base + 1, 0), regs(kvm.feature_eax(), 0, 0, 0));
+        self.kvm = Some(kvm);
+        self
+    }
+
+    /// Adds a Hyper-V partition (signature at 0x40000000, "Hv#1", features).
+    pub fn with_hyperv(mut self, hv: HypervConfig) -> Self {
+        self = self.with_hypervisor(
+            0x4000_0000,
+            0x4000_0006,
+            clockhal_x86::cpuid::HYPERV_SIGNATURE,
+        );
+        self.cpuid
+            .insert((0x4000_0001, 0), regs(0x3123_7648, 0, 0, 0));
+        self.cpuid.insert(
+            (0x4000_0003, 0),
+            regs(hv.feature_eax(), 0, 0, hv.feature_edx()),
+        );
+        self.hyperv = Some(hv);
+        self
+    }
+
+    /// Adds an HPET.
+    pub fn with_hpet(mut self, hpet: HpetConfig) -> Self {
+        self.hpet = Some(hpet);
+        self
+    }
+
+    /// Adds an ACPI PM timer.
+    pub fn with_pm_timer(mut self, pm: PmTimerConfig) -> Self {
+        self.pm_timer = Some(pm);
+        self
+    }
+
+    /// Builds the machine.
+    pub fn build(self) -> SimMachine {
+        SimMachine::new(self)
+    }
+}
+
+/// Machine state the devices see during an access.
+pub struct SimCtx<'a> {
+    /// Machine time in ns.
+    pub now_ns: u64,
+    /// True TSC rate.
+    pub tsc_hz: u64,
+    /// Per-CPU TSC offsets.
+    pub tsc_offsets: &'a [i64],
+    /// CPU performing the access.
+    pub cpu: usize,
+    /// Memory shared with the hypervisor.
+    pub memory: &'a SharedMemory,
+}
+
+impl SimCtx<'_> {
+    /// CPU `cpu`'s TSC now.
+    pub fn tsc(&self, cpu: usize) -> u64 {
+        tsc_at(
+            self.now_ns,
+            self.tsc_hz,
+            self.tsc_offsets.get(cpu).copied().unwrap_or(0),
+        )
+    }
+}
+
+fn tsc_at(now_ns: u64, hz: u64, offset: i64) -> u64 {
+    ((now_ns as u128 * hz as u128 / 1_000_000_000) as u64).wrapping_add(offset as u64)
+}
+
+/// Trapping accesses seen so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrapCounts {
+    /// `rdmsr` (including `try_rdmsr`).
+    pub msr_reads: u64,
+    /// `wrmsr`.
+    pub msr_writes: u64,
+    /// Port reads.
+    pub port_reads: u64,
+    /// MMIO loads.
+    pub mmio_reads: u64,
+    /// MMIO stores.
+    pub mmio_writes: u64,
+    /// `cpuid` (traps under a hypervisor).
+    pub cpuid: u64,
+    /// `rdtsc`/`rdtscp` (not a trap, counted for completeness).
+    pub rdtsc: u64,
+}
+
+impl TrapCounts {
+    /// MSR, port and MMIO accesses: the exits a clock read may cause.
+    pub fn exits(&self) -> u64 {
+        self.msr_reads + self.msr_writes + self.port_reads + self.mmio_reads + self.mmio_writes
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    msr_reads: AtomicU64,
+    msr_writes: AtomicU64,
+    port_reads: AtomicU64,
+    mmio_reads: AtomicU64,
+    mmio_writes: AtomicU64,
+    cpuid: AtomicU64,
+    rdtsc: AtomicU64,
+}
+
+struct State {
+    now_ns: u64,
+    tsc_aux: Vec<u32>,
+    kvm: Option<KvmHost>,
+    hyperv: Option<HypervHost>,
+    hpet: Option<Hpet>,
+    pm: Option<PmTimer>,
+}
+
+/// The simulated machine. Implements [`Hardware`]; `&SimMachine` does too.
+pub struct SimMachine {
+    config: SimConfig,
+    memory: SharedMemory,
+    state: Mutex<State>,
+    counters: Counters,
+    rdtsc_hook: RdtscHookSlot,
+}
+
+/// A test's code that runs right after a `rdtsc` (see
+/// [`SimMachine::set_rdtsc_hook`]).
+type RdtscHook = Box<dyn FnMut(&SimMachine) + Send>;
+
+/// The installed hook; `generation` changes on every set/clear so a hook
+/// that replaces or clears itself while running is not put back.
+#[derive(Default)]
+struct RdtscHookSlot {
+    hook: Mutex<Option<RdtscHook>>,
+    installed: AtomicBool,
+    generation: AtomicU64,
+}
+
+impl core::fmt::Debug for SimMachine {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SimMachine")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+macro_rules! ctx {
+    ($self:ident, $st:ident) => {
+        SimCtx {
+            now_ns: $st.now_ns,
+            tsc_hz: $self.config.tsc_hz,
+            tsc_offsets: &$self.config.tsc_offsets,
+            cpu: SimMachine::current_cpu(),
+            memory: &$self.memory,
+        }
+    };
+}
+
+impl SimMachine {
+    /// A machine from `config`.
+    pub fn new(config: SimConfig) -> SimMachine {
+        let state = State {
+            now_ns: config.start_ns,
+            tsc_aux: vec![0; config.tsc_offsets.len()],
+            kvm: config.kvm.clone().map(KvmHost::new),
+            hyperv: config.hyperv.clone().map(HypervHost::new),
+            hpet: config.hpet.clone().map(Hpet::new),
+            pm: config.pm_timer.clone().map(PmTimer::new),
+        };
+        SimMachine {
+            config,
+            memory: SharedMemory::default(),
+            state: Mutex::new(state),
+            counters: Counters::default(),
+            rdtsc_hook: RdtscHookSlot::default(),
+        }
+    }
+
+    /// Bare metal: Intel, invariant TSC at 2.592 GHz stated exactly by leaf
+    /// 0x15 (24 MHz crystal * 216/2), 64-bit HPET at 14.318 MHz
+    /// (69,841,279 fs) at 0xFED00000, 24-bit PM timer at port 0x608.
+    pub fn bare_metal() -> SimMachine {
+        SimConfig::cpu(2_592_000_000)
+            .with_invariant_tsc(true)
+            .with_tsc_leaf(2, 216, 24_000_000)
+            .with_hpet(HpetConfig::classic())
+            .with_pm_timer(PmTimerConfig::default())
+            .build()
+    }
+
+    /// QEMU/KVM with kvmclock (CLOCKSOURCE2 + stable bit, stable flag set),
+    /// 2.6 GHz TSC without invariant bit, 100 MHz HPET, 24-bit PM timer.
+    pub fn kvm() -> SimMachine {
+        Self::kvm_config().build()
+    }
+
+    /// The configuration behind [`SimMachine::kvm`], for tweaking.
+    pub fn kvm_config() -> SimConfig {
+        SimConfig::cpu(2_600_000_000)
+            .without_cpuid(0, 0)
+            .with_cpuid(
+                0,
+                0,
+                regs(
+                    0xD,
+                    u32::from_le_bytes(*b"Genu"),
+                    u32::from_le_bytes(*b"ntel"),
+                    u32::from_le_bytes(*b"ineI"),
+                ),
+            )
+            .with_kvm(KvmConfig::default())
+            .with_hpet(HpetConfig::qemu())
+            .with_pm_timer(PmTimerConfig::default())
+    }
+
+    /// Hyper-V: reference TSC page, TIME_REF_COUNT and frequency MSRs,
+    /// invariant TSC at 2.4 GHz, no HPET, 24-bit PM timer.
+    pub fn hyperv() -> SimMachine {
+        Self::hyperv_config().build()
+    }
+
+    /// The configuration behind [`SimMachine::hyperv`].
+    pub fn hyperv_config() -> SimConfig {
+        SimConfig::cpu(2_400_000_000)
+            .with_invariant_tsc(true)
+            .with_hyperv(HypervConfig::default())
+            .with_pm_timer(PmTimerConfig::default())
+    }
+
+    /// QEMU TCG (q35): no paravirtual clock, unknown MSRs read 0, garbage
+    /// CPUID outside the table, 100 MHz HPET, 24-bit PM timer.
+    pub fn qemu_tcg() -> SimMachine {
+        let mut c = SimConfig::cpu(2_000_000_000)
+            .without_cpuid(0x15, 0)
+            .with_hpet(HpetConfig::qemu())
+            .with_pm_timer(PmTimerConfig::default());
+        c.cpuid_garbage = true;
+        c.unknown_msr = UnknownMsr::ReadZero;
+        // TCG's -cpu max sets the hypervisor bit with an empty range.
+        c = c.with_hypervisor(0x4000_0000, 0x4000_0001, b"TCGTCGTCGTCG");
+        c.build()
+    }
+
+    /// The configuration this machine was built from.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Memory shared with the simulated hypervisor.
+    pub fn memory(&self) -> &SharedMemory {
+        &self.memory
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn current_cpu() -> usize {
+        CURRENT_CPU.with(|c| c.get())
+    }
+
+    /// Makes the calling thread run on CPU `cpu` from now on.
+    pub fn set_cpu(&self, cpu: usize) {
+        assert!(cpu < self.config.tsc_offsets.len(), "no CPU {cpu}");
+        CURRENT_CPU.with(|c| c.set(cpu));
+    }
+
+    /// Runs `f` on CPU `cpu` (for the calling thread), then restores.
+    pub fn on_cpu<R>(&self, cpu: usize, f: impl FnOnce() -> R) -> R {
+        let prev = Self::current_cpu();
+        self.set_cpu(cpu);
+        let r = f();
+        CURRENT_CPU.with(|c| c.set(prev));
+        r
+    }
+
+    /// Number of CPUs.
+    pub fn cpu_count(&self) -> usize {
+        self.config.tsc_offsets.len()
+    }
+
+    /// Advances machine time by `ns`.
+    pub fn advance(&self, ns: u64) {
+        let mut st = self.lock();
+        st.now_ns = st.now_ns.saturating_add(ns);
+    }
+
+    /// Machine time in ns (the "true" time tests compare against).
+    pub fn now_ns(&self) -> u64 {
+        self.lock().now_ns
+    }
+
+    /// CPU `cpu`'s TSC at the current machine time, without advancing it.
+    pub fn tsc_of(&self, cpu: usize) -> u64 {
+        let st = self.lock();
+        tsc_at(
+            st.now_ns,
+            self.config.tsc_hz,
+            self.config.tsc_offsets.get(cpu).copied().unwrap_or(0),
+        )
+    }
+
+    /// Trap counts so far.
+    pub fn traps(&self) -> TrapCounts {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::SeqCst);
+        TrapCounts {
+            msr_reads: l(&c.msr_reads),
+            msr_writes: l(&c.msr_writes),
+            port_reads: l(&c.port_reads),
+            mmio_reads: l(&c.mmio_reads),
+            mmio_writes: l(&c.mmio_writes),
+            cpuid: l(&c.cpuid),
+            rdtsc: l(&c.rdtsc),
+        }
+    }
+
+    /// Zeroes the trap counters.
+    pub fn reset_traps(&self) {
+        let c = &self.counters;
+        for a in [
+            &c.msr_reads,
+            &c.msr_writes,
+            &c.port_reads,
+            &c.mmio_reads,
+            &c.mmio_writes,
+            &c.cpuid,
+            &c.rdtsc,
+        ] {
+            a.store(0, Ordering::SeqCst);
+        }
+    }
+
+    /// Installs `hook`, run right after every `rdtsc`/`rdtscp` (after the
+    /// value is taken, before the caller sees it), replacing any previous
+    /// hook. The hook may use the machine freely (devices, `set_cpu`,
+    /// `advance`, even `clear_rdtsc_hook`): it is how tests make a host
+    /// update land *inside* a guest's read (seqlock retries, a migration to
+    /// another CPU mid-read). A `rdtsc` issued by the hook itself, or by
+    /// another thread while the hook runs, does not run it again.
+    ///
+    /// ```
+    /// use clockhal_sim::SimMachine;
+    /// use clockhal_x86::Hardware;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// let m = SimMachine::bare_metal();
+    /// let n = Arc::new(AtomicU32::new(0));
+    /// let seen = n.clone();
+    /// m.set_rdtsc_hook(move |m| {
+    ///     if seen.fetch_add(1, Ordering::SeqCst) == 1 {
+    ///         m.clear_rdtsc_hook(); // two rdtscs, then gone
+    ///     }
+    /// });
+    /// for _ in 0..5 {
+    ///     m.rdtsc();
+    /// }
+    /// assert_eq!(n.load(Ordering::SeqCst), 2);
+    /// ```
+    pub fn set_rdtsc_hook(&self, hook: impl FnMut(&SimMachine) + Send + 'static) {
+        let slot = &self.rdtsc_hook;
+        let mut h = slot.hook.lock().unwrap_or_else(|e| e.into_inner());
+        slot.generation.fetch_add(1, Ordering::SeqCst);
+        *h = Some(Box::new(hook));
+        slot.installed.store(true, Ordering::SeqCst);
+    }
+
+    /// Removes the `rdtsc` hook, if any.
+    pub fn clear_rdtsc_hook(&self) {
+        let slot = &self.rdtsc_hook;
+        let mut h = slot.hook.lock().unwrap_or_else(|e| e.into_inner());
+        slot.generation.fetch_add(1, Ordering::SeqCst);
+        slot.installed.store(false, Ordering::SeqCst);
+        *h = None;
+    }
+
+    fn run_rdtsc_hook(&self) {
+        let slot = &self.rdtsc_hook;
+        let (hook, generation) = {
+            let mut h = slot.hook.lock().unwrap_or_else(|e| e.into_inner());
+            (h.take(), slot.generation.load(Ordering::SeqCst))
+        };
+        let Some(mut hook) = hook else { return };
+        hook(self);
+        let mut h = slot.hook.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.generation.load(Ordering::SeqCst) == generation && h.is_none() {
+            *h = Some(hook);
+        }
+    }
+
+    /// Runs `f` on the KVM host (`None` if the machine has none).
+    pub fn with_kvm<R>(&self, f: impl FnOnce(&mut KvmHost, &SimCtx<'_>) -> R) -> Option<R> {
+        let mut st = self.lock();
+        let ctx = ctx!(self, st);
+        st.kvm.as_mut().map(|k| f(k, &ctx))
+    }
+
+    /// Runs `f` on the Hyper-V partition (`None` if absent).
+    pub fn with_hyperv<R>(&self, f: impl FnOnce(&mut HypervHost, &SimCtx<'_>) -> R) -> Option<R> {
+        let mut st = self.lock();
+        let ctx = ctx!(self, st);
+        st.hyperv.as_mut().map(|h| f(h, &ctx))
+    }
+
+    /// Runs `f` on the HPET (`None` if absent).
+    pub fn with_hpet<R>(&self, f: impl FnOnce(&mut Hpet, &SimCtx<'_>) -> R) -> Option<R> {
+        let mut st = self.lock();
+        let ctx = ctx!(self, st);
+        st.hpet.as_mut().map(|h| f(h, &ctx))
+    }
+
+    /// Runs `f` on the PM timer (`None` if absent).
+    pub fn with_pm_timer<R>(&self, f: impl FnOnce(&mut PmTimer, &SimCtx<'_>) -> R) -> Option<R> {
+        let mut st = self.lock();
+        let ctx = ctx!(self, st);
+        st.pm.as_mut().map(|p| f(p, &ctx))
+    }
+
+    /// The HPET's register window as the OS would map it (simulated).
+    pub fn hpet_region(&self) -> Option<MmioRegion> {
+        self.config
+            .hpet
+            .as_ref()
+            .map(|h| MmioRegion::simulated(h.base as usize, 1024))
+    }
+
+    /// `n` contiguous pvclock areas (one per vCPU) at a fake physical address.
+    pub fn alloc_pvclock_areas(&self, n: usize) -> PhysMapped<[PvclockVcpuTimeInfo]> {
+        self.memory.alloc_pvclock_areas(n)
+    }
+
+    /// A pvclock wall-clock structure.
+    pub fn alloc_wall_clock(&self) -> PhysMapped<PvclockWallClock> {
+        self.memory.alloc_wall_clock()
+    }
+
+    /// A Hyper-V reference TSC page.
+    pub fn alloc_hv_page(&self) -> PhysMapped<HvReferenceTscPage> {
+        self.memory.alloc_hv_page()
+    }
+
+    /// The same memory as `mapped`, announced `by` bytes past its
+    /// guest-physical address: a misaligned buffer, for alignment checks.
+    /// The simulated hypervisors only write memory they find at the exact
+    /// address they were given, and nothing was allocated at this one, so
+    /// the buffer is never written through it.
+    pub fn misaligned<T: ?Sized>(&self, mapped: PhysMapped<T>, by: u64) -> PhysMapped<T> {
+        // In the simulator's fake physical space `phys + by` names no
+        // allocation (they are page-granular and looked up by exact
+        // address), so no simulated host ever writes through it.
+        PhysMapped::simulated(mapped.get(), mapped.phys() + by)
+    }
+
+    /// A guest `wrmsr`, as the simulated machine handles it (safe: the
+    /// simulated hypervisor only writes memory it allocated). A write to an
+    /// MSR nobody implements panics with "simulated #GP" when unknown MSRs
+    /// fault.
+    pub fn write_msr(&self, msr: Msr, value: u64) {
+        self.counters.msr_writes.fetch_add(1, Ordering::SeqCst);
+        let mut st = self.lock();
+        self.tick(&mut st, self.config.costs.trap_ns);
+        let cpu = Self::current_cpu();
+        if msr == Msr::IA32_TSC_AUX {
+            st.tsc_aux[cpu] = value as u32;
+            return;
+        }
+        let ctx = ctx!(self, st);
+        let st = &mut *st;
+        if let Some(r) = st
+            .kvm
+            .as_mut()
+            .and_then(|k| k.wrmsr(&ctx, msr.number(), value))
+        {
+            return r.unwrap_or_else(|()| panic!("simulated #GP: wrmsr {msr:?} = {value:#x}"));
+        }
+        if let Some(r) = st
+            .hyperv
+            .as_mut()
+            .and_then(|h| h.wrmsr(&ctx, msr.number(), value))
+        {
+            return r.unwrap_or_else(|()| panic!("simulated #GP: wrmsr {msr:?} = {value:#x}"));
+        }
+        if self.config.unknown_msr == UnknownMsr::Fault {
+            panic!("simulated #GP: wrmsr {msr:?} = {value:#x}");
+        }
+    }
+
+    fn garbage(leaf: u32, sub: u32) -> CpuidResult {
+        let mut x = (leaf as u64) << 32 | sub as u64 | 0x9E37_79B9_0000_0000;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u32
+        };
+        regs(next(), next(), next(), next())
+    }
+
+    fn tick(&self, st: &mut State, ns: u64) {
+        st.now_ns = st.now_ns.saturating_add(ns);
+    }
+
+    fn unknown_msr_read(&self, msr: Msr) -> Option<u64> {
+        match self.config.unknown_msr {
+            UnknownMsr::ReadZero => Some(0),
+            UnknownMsr::Fault => {
+                let _ = msr;
+                None
+            }
+        }
+    }
+
+    fn msr_read(&self, msr: Msr) -> Option<u64> {
+        self.counters.msr_reads.fetch_add(1, Ordering::SeqCst);
+        let mut st = self.lock();
+        self.tick(&mut st, self.config.costs.trap_ns);
+        let cpu = Self::current_cpu();
+        if msr == Msr::IA32_TSC_AUX {
+            return st.tsc_aux.get(cpu).map(|&v| v as u64);
+        }
+        let ctx = ctx!(self, st);
+        let st = &mut *st;
+        if let Some(v) = st.kvm.as_mut().and_then(|k| k.rdmsr(&ctx, msr.number())) {
+            return v;
+        }
+        if let Some(v) = st.hyperv.as_mut().and_then(|h| h.rdmsr(&ctx, msr.number())) {
+            return v;
+        }
+        self.unknown_msr_read(msr)
+    }
+}
+
+impl Hardware for SimMachine {
+    fn rdtsc(&self) -> u64 {
+        self.counters.rdtsc.fetch_add(1, Ordering::SeqCst);
+        let tsc = {
+            let mut st = self.lock();
+            self.tick(&mut st, self.config.costs.rdtsc_ns);
+            let ctx = ctx!(self, st);
+            ctx.tsc(ctx.cpu)
+        };
+        if self.rdtsc_hook.installed.load(Ordering::SeqCst) {
+            self.run_rdtsc_hook();
+        }
+        tsc
+    }
+
+    fn rdtsc_ordered(&self) -> u64 {
+        self.rdtsc()
+    }
+
+    fn rdtscp(&self) -> (u64, u32) {
+        let t = self.rdtsc();
+        let aux = self.lock().tsc_aux[Self::current_cpu()];
+        (t, aux)
+    }
+
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult {
+        self.counters.cpuid.fetch_add(1, Ordering::SeqCst);
+        {
+            let mut st = self.lock();
+            self.tick(&mut st, self.config.costs.cpuid_ns);
+        }
+        // Leaves that ignore ECX are stored with subleaf 0.
+        match self
+            .config
+            .cpuid
+            .get(&(leaf, subleaf))
+            .or_else(|| self.config.cpuid.get(&(leaf, 0)))
+        {
+            Some(r) => *r,
+            None if self.config.cpuid_garbage => Self::garbage(leaf, subleaf),
+            None => CpuidResult::default(),
+        }
+    }
+
+    fn rdmsr(&self, msr: Msr) -> u64 {
+        match self.msr_read(msr) {
+            Some(v) => v,
+            None => panic!("simulated #GP: rdmsr {msr:?}"),
+        }
+    }
+
+    fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
+        self.msr_read(msr)
+    }
+
+    // The trait makes `wrmsr` unsafe for real hardware; the simulator's
+    // "hypervisor" only ever writes memory it allocated itself.
+    #[allow(unsafe_code)]
+    unsafe fn wrmsr(&self, msr: Msr, value: u64) {
+        self.write_msr(msr, value)
+    }
+
+    fn inl(&self, port: u16) -> u32 {
+        self.counters.port_reads.fetch_add(1, Ordering::SeqCst);
+        let mut st = self.lock();
+        self.tick(&mut st, self.config.costs.trap_ns);
+        let ctx = ctx!(self, st);
+        let st = &mut *st;
+        st.pm
+            .as_mut()
+            .and_then(|p| p.port_read(&ctx, port))
+            .unwrap_or(u32::MAX)
+    }
+
+    fn mmio_read32(&self, region: MmioRegion, offset: usize) -> u32 {
+        self.mmio_read(region, offset, 4) as u32
+    }
+
+    fn mmio_read64(&self, region: MmioRegion, offset: usize) -> u64 {
+        self.mmio_read(region, offset, 8)
+    }
+
+    fn mmio_write32(&self, region: MmioRegion, offset: usize, value: u32) {
+        self.mmio_write(region, offset, 4, value as u64)
+    }
+
+    fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64) {
+        self.mmio_write(region, offset, 8, value)
+    }
+
+    fn cpu_index(&self) -> usize {
+        Self::current_cpu()
+    }
+
+    fn is_simulated(&self) -> bool {
+        true
+    }
+}
+
+impl SimMachine {
+    fn mmio_addr(region: MmioRegion, offset: usize, size: usize) -> Option<u64> {
+        region
+            .contains(offset, size)
+            .then(|| (region.base() + offset) as u64)
+    }
+
+    fn mmio_read(&self, region: MmioRegion, offset: usize, size: usize) -> u64 {
+        self.counters.mmio_reads.fetch_add(1, Ordering::SeqCst);
+        let mut st = self.lock();
+        self.tick(&mut st, self.config.costs.trap_ns);
+        let all_ones = if size == 8 { u64::MAX } else { u32::MAX as u64 };
+        let Some(addr) = Self::mmio_addr(region, offset, size) else {
+            return all_ones;
+        };
+        let ctx = ctx!(self, st);
+        let st = &mut *st;
+        st.hpet
+            .as_mut()
+            .and_then(|h| h.mmio_read(&ctx, addr, size))
+            .unwrap_or(all_ones)
+    }
+
+    fn mmio_write(&self, region: MmioRegion, offset: usize, size: usize, value: u64) {
+        self.counters.mmio_writes.fetch_add(1, Ordering::SeqCst);
+        let mut st = self.lock();
+        self.tick(&mut st, self.config.costs.trap_ns);
+        let Some(addr) = Self::mmio_addr(region, offset, size) else {
+            return;
+        };
+        let ctx = ctx!(self, st);
+        let st = &mut *st;
+        if let Some(h) = st.hpet.as_mut() {
+            h.mmio_write(&ctx, addr, size, value);
+        }
+    }
+}

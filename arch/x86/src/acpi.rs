@@ -1,0 +1,549 @@
+//! Finding the HPET and the ACPI PM timer in the firmware's ACPI tables.
+//!
+//! Only what the clock backends need is parsed: the RSDP (v1 and v2), the
+//! root table (XSDT, else RSDT), the FADT's PM timer fields and the "HPET"
+//! table's base address. Every byte comes through an OS-supplied
+//! [`PhysMemory`] and is treated as untrusted: checksums are verified, table
+//! lengths are bounded, loops over root-table entries are capped, and every
+//! problem becomes an [`AcpiError`] (never a panic).
+//!
+//! An OS that already parsed ACPI skips this module and passes the HPET base
+//! or the PM timer port to the backends directly.
+//!
+//! Why not the `acpi` crate: 5.2 (the last stable release) builds on stable
+//! without default features and has `HpetInfo` and `Fadt::pm_timer_block`,
+//! but its `AcpiHandler` must hand out *virtual pointers* to mapped tables
+//! that it then reads through raw pointer casts, which does not fit the
+//! copy-based, bounds-checked [`PhysMemory`] (and [`SliceMemory`] in tests);
+//! it turns `PM_TMR_LEN != 4` into "no PM timer" rather than an error, and
+//! pulls `log`/`bit_field`. 7.0 is a pre-release whose `Handler` has ~30
+//! methods (AML, PCI, mutexes). The subset needed here is small.
+//!
+//! ```
+//! use clockhal_x86::acpi;
+//! use clockhal_x86::SliceMemory;
+//! # fn tables() -> (u64, Vec<u8>) { (0, vec![0; 16]) }
+//! let (base, image) = tables(); // e.g. copied from firmware
+//! let mem = SliceMemory::new(base, &image);
+//! match acpi::discover(&mem, base) {
+//!     Ok(clocks) => {
+//!         if let Ok(hpet) = clocks.hpet { let _ = hpet.base; }
+//!         if let Ok(pm) = clocks.pm_timer { let _ = (pm.port, pm.bits32); }
+//!     }
+//!     Err(e) => { let _ = e; /* no usable ACPI: probe the TSC only */ }
+//! }
+//! ```
+//!
+//! [`SliceMemory`]: crate::SliceMemory
+
+use crate::PhysMemory;
+use core::fmt;
+
+/// Largest table clockhal will checksum (real FADT/HPET/RSDT are < 1 KiB;
+/// a hostile length must not make us read gigabytes).
+const MAX_TABLE_LEN: u32 = 64 * 1024;
+/// Most root-table entries examined (real firmware has < 64).
+const MAX_ROOT_ENTRIES: usize = 256;
+/// Standard system description table header size.
+const SDT_HEADER_LEN: u32 = 36;
+
+/// GAS address space: system memory.
+const SPACE_MEMORY: u8 = 0;
+/// GAS address space: system I/O.
+const SPACE_IO: u8 = 1;
+
+/// FADT field offsets (ACPI 6.5, table 5.9).
+mod fadt {
+    pub const PM_TMR_BLK: usize = 76;
+    pub const PM_TMR_LEN: usize = 91;
+    pub const FLAGS: usize = 112;
+    pub const X_PM_TMR_BLK: usize = 208;
+    /// Flags bit 8: the PM timer is 32 bits wide.
+    pub const TMR_VAL_EXT: u32 = 1 << 8;
+}
+
+/// "HPET" table field offsets (IA-PC HPET 1.0a, table 3).
+mod hpet {
+    pub const EVENT_TIMER_BLOCK_ID: usize = 36;
+    pub const BASE_ADDRESS: usize = 40;
+    pub const LEN: usize = 56;
+    /// Block ID bit 13: COUNT_SIZE_CAP.
+    pub const COUNT_SIZE_CAP: u32 = 1 << 13;
+}
+
+/// The HPET as the "HPET" table describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct HpetInfo {
+    /// Physical base of the 1 KiB register block (system memory).
+    pub base: u64,
+    /// The table's copy of COUNT_SIZE_CAP (64-bit main counter). Advisory:
+    /// the device's own capabilities register decides.
+    pub counter_64bit: bool,
+}
+
+/// The ACPI PM timer as the FADT describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PmTimerInfo {
+    /// I/O port of the 32-bit counter register.
+    pub port: u16,
+    /// TMR_VAL_EXT: the counter is 32 bits wide (else 24).
+    pub bits32: bool,
+}
+
+/// What [`discover`] found: each clock independently present or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcpiClocks {
+    /// The HPET, or why there is none usable.
+    pub hpet: Result<HpetInfo, AcpiError>,
+    /// The PM timer, or why there is none usable.
+    pub pm_timer: Result<PmTimerInfo, AcpiError>,
+}
+
+/// Why the tables (or one clock in them) could not be used.
+///
+/// Table names are the 4-character signatures (`"RSDP"` for the root
+/// pointer, `"FACP"` for the FADT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum AcpiError {
+    /// The memory reader refused `len` bytes at `phys` (unmapped, or the
+    /// table runs past the end of what the OS mapped).
+    Unreadable {
+        /// Table being read.
+        table: &'static str,
+        /// Physical address of the refused read.
+        phys: u64,
+    },
+    /// The signature at the address is not the expected one.
+    BadSignature {
+        /// Table expected.
+        table: &'static str,
+    },
+    /// The bytes do not sum to zero.
+    BadChecksum {
+        /// Table whose checksum failed.
+        table: &'static str,
+    },
+    /// The table's length field is too small for the fields clockhal needs,
+    /// or larger than clockhal accepts (64 KiB).
+    BadLength {
+        /// Table.
+        table: &'static str,
+        /// The length it claims.
+        len: u32,
+    },
+    /// No root table (both RSDT and XSDT addresses zero or unusable).
+    NoRootTable,
+    /// The root table lists no table with this signature.
+    NotFound {
+        /// Missing table.
+        table: &'static str,
+    },
+    /// The table is present but the device address in it is zero (the
+    /// device is absent, e.g. microvm's PM timer).
+    ZeroAddress {
+        /// Table.
+        table: &'static str,
+    },
+    /// FADT `PM_TMR_LEN` is not 4: the PM timer is not supported.
+    PmTimerLength(u8),
+    /// A generic address structure names the wrong address space (the HPET
+    /// must be in memory, the PM timer in I/O space).
+    WrongAddressSpace {
+        /// Table.
+        table: &'static str,
+        /// The `address_space_id` found.
+        space: u8,
+    },
+    /// The PM timer address does not fit a 16-bit port.
+    PortOutOfRange(u64),
+    /// The HPET base is not 8-byte aligned (its 64-bit counter could not be
+    /// read with one access).
+    Misaligned(u64),
+}
+
+impl fmt::Display for AcpiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            AcpiError::Unreadable { table, phys } => {
+                write!(
+                    f,
+                    "ACPI {table}: memory at {phys:#x} not readable (truncated or unmapped)"
+                )
+            }
+            AcpiError::BadSignature { table } => write!(f, "ACPI {table}: wrong signature"),
+            AcpiError::BadChecksum { table } => write!(f, "ACPI {table}: bad checksum"),
+            AcpiError::BadLength { table, len } => {
+                write!(f, "ACPI {table}: implausible length {len}")
+            }
+            AcpiError::NoRootTable => f.write_str("ACPI: no usable RSDT or XSDT"),
+            AcpiError::NotFound { table } => write!(f, "ACPI: no {table} table"),
+            AcpiError::ZeroAddress { table } => write!(f, "ACPI {table}: device address is zero"),
+            AcpiError::PmTimerLength(n) => write!(f, "ACPI FACP: PM_TMR_LEN is {n}, not 4"),
+            AcpiError::WrongAddressSpace { table, space } => {
+                write!(
+                    f,
+                    "ACPI {table}: address space {space} is not the expected one"
+                )
+            }
+            AcpiError::PortOutOfRange(a) => {
+                write!(f, "ACPI FACP: PM timer address {a:#x} is not a port")
+            }
+            AcpiError::Misaligned(a) => write!(f, "ACPI HPET: base {a:#x} not 8-byte aligned"),
+        }
+    }
+}
+
+/// Reads `buf.len()` bytes or reports which table could not be read.
+fn read(
+    mem: &impl PhysMemory,
+    table: &'static str,
+    phys: u64,
+    buf: &mut [u8],
+) -> Result<(), AcpiError> {
+    if mem.read(phys, buf) {
+        Ok(())
+    } else {
+        Err(AcpiError::Unreadable { table, phys })
+    }
+}
+
+/// Byte sum of `len` bytes at `phys`, read in chunks (no allocation).
+fn byte_sum(
+    mem: &impl PhysMemory,
+    table: &'static str,
+    phys: u64,
+    len: u32,
+) -> Result<u8, AcpiError> {
+    let mut sum = 0u8;
+    let mut chunk = [0u8; 64];
+    let mut done = 0u64;
+    while done < len as u64 {
+        let n = (len as u64 - done).min(chunk.len() as u64) as usize;
+        let at = phys
+            .checked_add(done)
+            .ok_or(AcpiError::Unreadable { table, phys })?;
+        read(mem, table, at, &mut chunk[..n])?;
+        sum = chunk[..n].iter().fold(sum, |s, &b| s.wrapping_add(b));
+        done += n as u64;
+    }
+    Ok(sum)
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    (u32_at(b, off) as u64) | (u32_at(b, off + 4) as u64) << 32
+}
+
+/// A generic address structure (12 bytes).
+#[derive(Clone, Copy)]
+struct Gas {
+    space: u8,
+    address: u64,
+}
+
+impl Gas {
+    fn parse(b: &[u8], off: usize) -> Gas {
+        Gas {
+            space: b[off],
+            address: u64_at(b, off + 4),
+        }
+    }
+}
+
+/// A validated table: its address and length (checksum verified).
+#[derive(Clone, Copy)]
+struct Table {
+    phys: u64,
+    len: u32,
+}
+
+impl Table {
+    /// Validates the table at `phys`: signature, length within
+    /// `min_len..=MAX_TABLE_LEN`, checksum.
+    fn open(
+        mem: &impl PhysMemory,
+        phys: u64,
+        table: &'static str,
+        min_len: u32,
+    ) -> Result<Table, AcpiError> {
+        if phys == 0 {
+            return Err(AcpiError::ZeroAddress { table });
+        }
+        let mut hdr = [0u8; 8];
+        read(mem, table, phys, &mut hdr)?;
+        if &hdr[..4] != table.as_bytes() {
+            return Err(AcpiError::BadSignature { table });
+        }
+        let len = u32_at(&hdr, 4);
+        if len < min_len.max(SDT_HEADER_LEN) || len > MAX_TABLE_LEN {
+            return Err(AcpiError::BadLength { table, len });
+        }
+        if byte_sum(mem, table, phys, len)? != 0 {
+            return Err(AcpiError::BadChecksum { table });
+        }
+        Ok(Table { phys, len })
+    }
+
+    /// Copies `buf.len()` bytes from table offset `off` (within `len`).
+    fn bytes(
+        &self,
+        mem: &impl PhysMemory,
+        table: &'static str,
+        off: usize,
+        buf: &mut [u8],
+    ) -> Result<(), AcpiError> {
+        if off + buf.len() > self.len as usize {
+            return Err(AcpiError::BadLength {
+                table,
+                len: self.len,
+            });
+        }
+        let at = self
+            .phys
+            .checked_add(off as u64)
+            .ok_or(AcpiError::Unreadable {
+                table,
+                phys: self.phys,
+            })?;
+        read(mem, table, at, buf)
+    }
+}
+
+/// The root table: RSDT (32-bit entries) or XSDT (64-bit entries).
+#[derive(Clone, Copy)]
+struct Root {
+    table: Table,
+    entry_size: u32,
+    name: &'static str,
+}
+
+impl Root {
+    fn open(mem: &impl PhysMemory, phys: u64, xsdt: bool) -> Result<Root, AcpiError> {
+        let name = if xsdt { "XSDT" } else { "RSDT" };
+        Ok(Root {
+            table: Table::open(mem, phys, name, SDT_HEADER_LEN)?,
+            entry_size: if xsdt { 8 } else { 4 },
+            name,
+        })
+    }
+
+    /// The first listed table with signature `sig`, validated.
+    fn find(
+        &self,
+        mem: &impl PhysMemory,
+        sig: &'static str,
+        min_len: u32,
+    ) -> Result<Table, AcpiError> {
+        let count = ((self.table.len - SDT_HEADER_LEN) / self.entry_size) as usize;
+        for i in 0..count.min(MAX_ROOT_ENTRIES) {
+            let mut e = [0u8; 8];
+            let size = self.entry_size as usize;
+            self.table.bytes(
+                mem,
+                self.name,
+                SDT_HEADER_LEN as usize + i * size,
+                &mut e[..size],
+            )?;
+            let phys = u64_at(&e, 0);
+            if phys == 0 {
+                continue;
+            }
+            let mut s = [0u8; 4];
+            // An entry pointing at unreadable memory is skipped, not fatal:
+            // the table we want may be further down.
+            if !mem.read(phys, &mut s) || s != sig.as_bytes() {
+                continue;
+            }
+            return Table::open(mem, phys, sig, min_len);
+        }
+        Err(AcpiError::NotFound { table: sig })
+    }
+}
+
+/// Finds the root table from the RSDP at `rsdp`: the XSDT when the RSDP is
+/// revision 2+ and the XSDT is valid, else the RSDT.
+fn root(mem: &impl PhysMemory, rsdp: u64) -> Result<Root, AcpiError> {
+    const T: &str = "RSDP";
+    let mut v1 = [0u8; 20];
+    read(mem, T, rsdp, &mut v1)?;
+    if &v1[..8] != b"RSD PTR " {
+        return Err(AcpiError::BadSignature { table: T });
+    }
+    if byte_sum(mem, T, rsdp, 20)? != 0 {
+        return Err(AcpiError::BadChecksum { table: T });
+    }
+    let revision = v1[15];
+    let rsdt = u32_at(&v1, 16) as u64;
+    let mut xsdt = 0;
+    if revision >= 2 {
+        let mut v2 = [0u8; 36];
+        read(mem, T, rsdp, &mut v2)?;
+        let len = u32_at(&v2, 20);
+        if !(36..=1024).contains(&len) {
+            return Err(AcpiError::BadLength { table: T, len });
+        }
+        if byte_sum(mem, T, rsdp, len)? != 0 {
+            return Err(AcpiError::BadChecksum { table: T });
+        }
+        xsdt = u64_at(&v2, 24);
+    }
+    // Prefer the XSDT; fall back to the RSDT if the XSDT is broken (Linux
+    // does the same), reporting the XSDT's error if both fail.
+    let mut first_err = None;
+    if xsdt != 0 {
+        match Root::open(mem, xsdt, true) {
+            Ok(r) => return Ok(r),
+            Err(e) => first_err = Some(e),
+        }
+    }
+    if rsdt != 0 {
+        match Root::open(mem, rsdt, false) {
+            Ok(r) => return Ok(r),
+            Err(e) => first_err = first_err.or(Some(e)),
+        }
+    }
+    Err(first_err.unwrap_or(AcpiError::NoRootTable))
+}
+
+fn hpet_info(mem: &impl PhysMemory, root: &Root) -> Result<HpetInfo, AcpiError> {
+    const T: &str = "HPET";
+    let table = root.find(mem, T, hpet::LEN as u32)?;
+    let mut b = [0u8; hpet::LEN];
+    table.bytes(mem, T, 0, &mut b)?;
+    let gas = Gas::parse(&b, hpet::BASE_ADDRESS);
+    if gas.space != SPACE_MEMORY {
+        return Err(AcpiError::WrongAddressSpace {
+            table: T,
+            space: gas.space,
+        });
+    }
+    if gas.address == 0 {
+        return Err(AcpiError::ZeroAddress { table: T });
+    }
+    if gas.address % 8 != 0 {
+        return Err(AcpiError::Misaligned(gas.address));
+    }
+    Ok(HpetInfo {
+        base: gas.address,
+        counter_64bit: u32_at(&b, hpet::EVENT_TIMER_BLOCK_ID) & hpet::COUNT_SIZE_CAP != 0,
+    })
+}
+
+fn pm_timer_info(mem: &impl PhysMemory, root: &Root) -> Result<PmTimerInfo, AcpiError> {
+    const T: &str = "FACP";
+    // ACPI 1.0 FADT (116 bytes) is the smallest with the flags field.
+    let table = root.find(mem, T, (fadt::FLAGS + 4) as u32)?;
+    let mut b = [0u8; fadt::X_PM_TMR_BLK + 12];
+    let have_x = table.len as usize >= b.len();
+    let n = if have_x { b.len() } else { fadt::FLAGS + 4 };
+    table.bytes(mem, T, 0, &mut b[..n])?;
+    let x = if have_x {
+        Some(Gas::parse(&b, fadt::X_PM_TMR_BLK))
+    } else {
+        None
+    };
+    let address = match x {
+        Some(g) if g.address != 0 => {
+            if g.space != SPACE_IO {
+                return Err(AcpiError::WrongAddressSpace {
+                    table: T,
+                    space: g.space,
+                });
+            }
+            g.address
+        }
+        _ => u32_at(&b, fadt::PM_TMR_BLK) as u64,
+    };
+    if address == 0 {
+        return Err(AcpiError::ZeroAddress { table: T });
+    }
+    let len = b[fadt::PM_TMR_LEN];
+    if len != 4 {
+        return Err(AcpiError::PmTimerLength(len));
+    }
+    let port = u16::try_from(address).map_err(|_| AcpiError::PortOutOfRange(address))?;
+    Ok(PmTimerInfo {
+        port,
+        bits32: u32_at(&b, fadt::FLAGS) & fadt::TMR_VAL_EXT != 0,
+    })
+}
+
+/// Finds the HPET and the PM timer from the RSDP at physical address
+/// `rsdp`.
+///
+/// Errors in the RSDP or root table fail the whole call; a missing or bad
+/// HPET or FADT only fails that clock's field of [`AcpiClocks`].
+pub fn discover(mem: &impl PhysMemory, rsdp: u64) -> Result<AcpiClocks, AcpiError> {
+    let root = root(mem, rsdp)?;
+    Ok(AcpiClocks {
+        hpet: hpet_info(mem, &root),
+        pm_timer: pm_timer_info(mem, &root),
+    })
+}
+
+/// A validated ACPI table: where it is and how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AcpiTable {
+    /// Physical address of the table header.
+    pub phys: u64,
+    /// Length in bytes (from the header, checked against the 64 KiB cap).
+    pub len: u32,
+}
+
+/// Finds the first table with `signature` (e.g. `"APIC"`, the MADT) through
+/// the XSDT or RSDT that the RSDP at `rsdp` names, with the same checks as
+/// [`discover`] (checksums, lengths, bounded entry walk). For an OS's own
+/// tables; clockhal itself only needs [`discover`].
+pub fn find_table(
+    mem: &impl PhysMemory,
+    rsdp: u64,
+    signature: &'static str,
+) -> Result<AcpiTable, AcpiError> {
+    let t = root(mem, rsdp)?.find(mem, signature, SDT_HEADER_LEN)?;
+    Ok(AcpiTable {
+        phys: t.phys,
+        len: t.len,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SliceMemory;
+
+    #[test]
+    fn garbage_and_empty_memory_are_errors() {
+        let mem = SliceMemory::new(0x1000, &[0u8; 64]);
+        assert_eq!(
+            discover(&mem, 0x1000),
+            Err(AcpiError::BadSignature { table: "RSDP" })
+        );
+        assert_eq!(
+            discover(&mem, 0x0),
+            Err(AcpiError::Unreadable {
+                table: "RSDP",
+                phys: 0
+            })
+        );
+        assert_eq!(
+            discover(&mem, u64::MAX - 4),
+            Err(AcpiError::Unreadable {
+                table: "RSDP",
+                phys: u64::MAX - 4
+            })
+        );
+    }
+
+    #[test]
+    fn helpers_decode_little_endian() {
+        let b = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        assert_eq!(u32_at(&b, 0), 0x0403_0201);
+        assert_eq!(u64_at(&b, 0), 0x0807_0605_0403_0201);
+    }
+}

@@ -1,0 +1,266 @@
+//! The hardware-access trait every backend is generic over.
+
+use core::fmt;
+
+/// Result of one `cpuid` instruction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CpuidResult {
+    /// EAX.
+    pub eax: u32,
+    /// EBX.
+    pub ebx: u32,
+    /// ECX.
+    pub ecx: u32,
+    /// EDX.
+    pub edx: u32,
+}
+
+/// A model-specific register number.
+///
+/// Reading the clock MSRs named here has no side effects; an MSR the CPU or
+/// hypervisor does not implement raises #GP (a fault, not memory unsafety),
+/// so backends gate every access on the CPUID bit that promises it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Msr(u32);
+
+impl Msr {
+    /// KVM old wall clock (CLOCKSOURCE).
+    pub const KVM_WALL_CLOCK: Msr = Msr(0x11);
+    /// KVM old system time (CLOCKSOURCE).
+    pub const KVM_SYSTEM_TIME: Msr = Msr(0x12);
+    /// KVM new wall clock (CLOCKSOURCE2).
+    pub const KVM_WALL_CLOCK_NEW: Msr = Msr(0x4b56_4d00);
+    /// KVM new system time (CLOCKSOURCE2).
+    pub const KVM_SYSTEM_TIME_NEW: Msr = Msr(0x4b56_4d01);
+    /// Hyper-V guest OS identity; must be non-zero before other Hyper-V MSRs.
+    pub const HV_GUEST_OS_ID: Msr = Msr(0x4000_0000);
+    /// Hyper-V partition reference counter (100 ns units, read traps).
+    pub const HV_TIME_REF_COUNT: Msr = Msr(0x4000_0020);
+    /// Hyper-V reference TSC page control.
+    pub const HV_REFERENCE_TSC: Msr = Msr(0x4000_0021);
+    /// Hyper-V TSC frequency in Hz.
+    pub const HV_TSC_FREQUENCY: Msr = Msr(0x4000_0022);
+    /// Hyper-V APIC timer frequency in Hz.
+    pub const HV_APIC_FREQUENCY: Msr = Msr(0x4000_0023);
+    /// `IA32_TSC_AUX` (what `rdtscp` returns in ECX; OSes store the CPU index).
+    pub const IA32_TSC_AUX: Msr = Msr(0xC000_0103);
+
+    /// Any MSR by number.
+    pub const fn new(number: u32) -> Msr {
+        Msr(number)
+    }
+
+    /// The MSR's number (ECX for rdmsr/wrmsr).
+    pub const fn number(self) -> u32 {
+        self.0
+    }
+}
+
+impl fmt::Debug for Msr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Msr({:#x})", self.0)
+    }
+}
+
+/// A window of device registers mapped into the address space (e.g. the
+/// 1 KiB HPET block). Accesses through [`Hardware`] are bounds-checked
+/// against it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct MmioRegion {
+    base: usize,
+    len: usize,
+    simulated: bool,
+}
+
+impl MmioRegion {
+    /// A region of `len` bytes of device registers at virtual address `base`.
+    ///
+    /// `None` when `base` is not 8-byte aligned (every register access must
+    /// be naturally aligned, including 64-bit ones), `len` is 0, or
+    /// `base + len` overflows.
+    ///
+    /// # Safety
+    /// For as long as any copy of the region is used: `base..base + len` must
+    /// be mapped (uncached) to the device's registers, and reading or writing
+    /// them as the backend documents must not violate the OS's invariants.
+    /// For the simulator, use [`MmioRegion::simulated`] instead.
+    pub const unsafe fn new(base: usize, len: usize) -> Option<MmioRegion> {
+        if base % 8 != 0 || len == 0 || base.checked_add(len).is_none() {
+            return None;
+        }
+        Some(MmioRegion {
+            base,
+            len,
+            simulated: false,
+        })
+    }
+
+    /// A region that only a simulated machine understands: `base` is the
+    /// device's (fake) physical address. Safe, because real hardware access
+    /// ([`Native`](crate::Native)) refuses simulated regions (reads return
+    /// all ones, writes are dropped) and never dereferences them.
+    pub const fn simulated(base: usize, len: usize) -> MmioRegion {
+        MmioRegion {
+            base,
+            len,
+            simulated: true,
+        }
+    }
+
+    /// Start address.
+    pub const fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Length in bytes.
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty.
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether it was made by [`MmioRegion::simulated`].
+    pub const fn is_simulated(&self) -> bool {
+        self.simulated
+    }
+
+    /// Whether an access of `size` bytes (1, 2, 4 or 8) at `offset` is in
+    /// bounds and naturally aligned. `false` for any other size.
+    pub const fn contains(&self, offset: usize, size: usize) -> bool {
+        matches!(size, 1 | 2 | 4 | 8)
+            && offset % size == 0
+            && offset <= self.len
+            && self.len - offset >= size
+    }
+}
+
+/// Access to the clock hardware of one x86_64 machine.
+///
+/// Statically dispatched: backends are generic over `H: Hardware`, so the
+/// read path compiles to the instructions themselves. Implemented by
+/// [`Native`](crate::Native) (real instructions), by
+/// [`SimMachine`](crate::sim::SimMachine) (feature `sim`), and by any OS
+/// wrapper that adds, for example, #GP recovery ([`try_rdmsr`](Self::try_rdmsr))
+/// or its CPU index ([`cpu_index`](Self::cpu_index)).
+///
+/// Out-of-bounds or misaligned MMIO accesses (relative to the region) read as
+/// all ones and writes are dropped, like a PCI master abort: never UB.
+pub trait Hardware: Sync {
+    /// `rdtsc`: may execute before earlier loads retire.
+    fn rdtsc(&self) -> u64;
+    /// `rdtsc` ordered after all earlier instructions (`lfence; rdtsc` on
+    /// Intel and on AMD with serialising LFENCE, `mfence; rdtsc` otherwise).
+    fn rdtsc_ordered(&self) -> u64;
+    /// `rdtscp`: TSC and `IA32_TSC_AUX`. Only when CPUID says RDTSCP exists
+    /// ([`cpuid::has_rdtscp`](crate::cpuid::has_rdtscp)); otherwise #UD.
+    fn rdtscp(&self) -> (u64, u32);
+    /// `cpuid` with EAX = `leaf`, ECX = `subleaf`.
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult;
+    /// `rdmsr`. Only MSRs that CPUID promises (absent ones #GP, or read 0
+    /// under QEMU TCG).
+    fn rdmsr(&self, msr: Msr) -> u64;
+    /// `rdmsr` that reports a #GP as `None` instead of faulting. The default
+    /// cannot recover and returns `None` without executing anything; an OS
+    /// with a #GP fixup overrides it.
+    fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
+        let _ = msr;
+        None
+    }
+    /// `wrmsr`.
+    ///
+    /// # Safety
+    /// The write must not violate the OS's invariants. In particular, a value
+    /// that hands guest memory to the hypervisor (KVM system time / wall
+    /// clock, Hyper-V reference TSC) must name memory reserved for that use;
+    /// use the safe wrappers in [`paravirt`](crate::paravirt) instead.
+    unsafe fn wrmsr(&self, msr: Msr, value: u64);
+    /// 32-bit port read (`in eax, dx`).
+    fn inl(&self, port: u16) -> u32;
+    /// 32-bit MMIO load at `region.base() + offset`.
+    fn mmio_read32(&self, region: MmioRegion, offset: usize) -> u32;
+    /// 64-bit MMIO load (one instruction: never split into halves).
+    fn mmio_read64(&self, region: MmioRegion, offset: usize) -> u64;
+    /// 32-bit MMIO store.
+    fn mmio_write32(&self, region: MmioRegion, offset: usize, value: u32);
+    /// 64-bit MMIO store.
+    fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64);
+    /// Index of the CPU executing this call, `0..cpu_count`. The default is
+    /// `0` (single-CPU OS); SMP kernels override it (per-CPU pvclock areas
+    /// need it).
+    fn cpu_index(&self) -> usize {
+        0
+    }
+    /// Whether this is a simulated machine, which accepts simulated memory
+    /// and MMIO regions ([`PhysMapped::simulated`](crate::paravirt::PhysMapped::simulated),
+    /// [`MmioRegion::simulated`]). Real hardware returns `false` (the
+    /// default) and refuses them.
+    fn is_simulated(&self) -> bool {
+        false
+    }
+}
+
+impl<T: Hardware + ?Sized> Hardware for &T {
+    #[inline(always)]
+    fn rdtsc(&self) -> u64 {
+        (**self).rdtsc()
+    }
+    #[inline(always)]
+    fn rdtsc_ordered(&self) -> u64 {
+        (**self).rdtsc_ordered()
+    }
+    #[inline(always)]
+    fn rdtscp(&self) -> (u64, u32) {
+        (**self).rdtscp()
+    }
+    #[inline(always)]
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult {
+        (**self).cpuid(leaf, subleaf)
+    }
+    #[inline(always)]
+    fn rdmsr(&self, msr: Msr) -> u64 {
+        (**self).rdmsr(msr)
+    }
+    #[inline(always)]
+    fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
+        (**self).try_rdmsr(msr)
+    }
+    #[inline(always)]
+    unsafe fn wrmsr(&self, msr: Msr, value: u64) {
+        // SAFETY: forwarded; the caller upholds `wrmsr`'s contract.
+        unsafe { (**self).wrmsr(msr, value) }
+    }
+    #[inline(always)]
+    fn inl(&self, port: u16) -> u32 {
+        (**self).inl(port)
+    }
+    #[inline(always)]
+    fn mmio_read32(&self, region: MmioRegion, offset: usize) -> u32 {
+        (**self).mmio_read32(region, offset)
+    }
+    #[inline(always)]
+    fn mmio_read64(&self, region: MmioRegion, offset: usize) -> u64 {
+        (**self).mmio_read64(region, offset)
+    }
+    #[inline(always)]
+    fn mmio_write32(&self, region: MmioRegion, offset: usize, value: u32) {
+        (**self).mmio_write32(region, offset, value)
+    }
+    #[inline(always)]
+    fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64) {
+        (**self).mmio_write64(region, offset, value)
+    }
+    #[inline(always)]
+    fn cpu_index(&self) -> usize {
+        (**self).cpu_index()
+    }
+    #[inline(always)]
+    fn is_simulated(&self) -> bool {
+        (**self).is_simulated()
+    }
+}

@@ -1,0 +1,188 @@
+//! The real instructions.
+
+use crate::{CpuidResult, Hardware, MmioRegion, Msr};
+use core::sync::atomic::{AtomicU8, Ordering};
+
+/// How `rdtsc_ordered` fences: set once by [`Native::new`].
+static FENCE: AtomicU8 = AtomicU8::new(FENCE_LFENCE);
+const FENCE_LFENCE: u8 = 0;
+const FENCE_MFENCE: u8 = 1;
+const FENCE_RDTSCP: u8 = 2;
+
+/// Hardware access through the real x86_64 instructions (zero-sized).
+///
+/// ```no_run
+/// use clockhal_x86::{Hardware, Native};
+/// // SAFETY: we are a kernel running at CPL0 and let clockhal use the clock
+/// // MSRs and the ports our firmware tables name.
+/// let hw = unsafe { Native::new() };
+/// let t = hw.rdtsc_ordered();
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Native {
+    _private: (),
+}
+
+impl Native {
+    /// Creates the token and picks how `rdtsc_ordered` orders the TSC read,
+    /// as Linux's `rdtsc_ordered` does: `rdtscp` where CPUID offers it (it
+    /// waits for all earlier instructions and is the cheapest ordered read on
+    /// current CPUs), else `mfence; rdtsc` on AMD/Hygon (LFENCE is only
+    /// dispatch-serialising there when the OS set `DE_CFG[1]`), else
+    /// `lfence; rdtsc`.
+    ///
+    /// # Safety
+    /// The caller runs at CPL0 and allows clockhal to read the TSC, CPUID,
+    /// the clock MSRs that CPUID
+    /// promises, and the I/O ports that the OS or its firmware tables name
+    /// (the ACPI PM timer). MMIO and hypervisor-shared memory need their own
+    /// tokens ([`MmioRegion`], [`PhysMapped`](crate::paravirt::PhysMapped)).
+    /// In user space (hosted mode, benchmarks) the token is sound as long as
+    /// only `rdtsc`, `rdtsc_ordered`, `rdtscp` and `cpuid` are used and the
+    /// OS has not set CR4.TSD.
+    pub unsafe fn new() -> Native {
+        let n = Native { _private: () };
+        let v = n.cpuid(0, 0);
+        // "AuthenticAMD" / "HygonGenuine": EBX starts "Auth" / "Hygo".
+        let amd = v.ebx == u32::from_le_bytes(*b"Auth") || v.ebx == u32::from_le_bytes(*b"Hygo");
+        let fence = if crate::cpuid::has_rdtscp(&n) {
+            FENCE_RDTSCP
+        } else if amd {
+            FENCE_MFENCE
+        } else {
+            FENCE_LFENCE
+        };
+        FENCE.store(fence, Ordering::Relaxed);
+        n
+    }
+
+    /// The token for a hosted (user-space) process: std only.
+    ///
+    /// Sound without `unsafe` because in user space the CPU itself enforces
+    /// privilege: `rdtsc`, `rdtscp` and `cpuid` work (unless the OS set
+    /// CR4.TSD), while `rdmsr`, `wrmsr` and `in` raise #GP, which the OS
+    /// turns into a signal that ends the process — a crash, never undefined
+    /// behaviour. MMIO needs an [`MmioRegion`], whose constructor is unsafe.
+    #[cfg(feature = "std")]
+    pub fn hosted() -> Native {
+        // SAFETY: user space cannot break CPL0 invariants (see above); the
+        // constructor's only other effect is choosing the fence.
+        unsafe { Native::new() }
+    }
+
+    #[inline(always)]
+    fn region_ptr(region: MmioRegion, offset: usize, size: usize) -> Option<usize> {
+        // A simulated region names no real memory: never dereference it.
+        if !region.is_simulated() && region.contains(offset, size) {
+            Some(region.base() + offset)
+        } else {
+            None
+        }
+    }
+}
+
+impl Hardware for Native {
+    #[inline(always)]
+    fn rdtsc(&self) -> u64 {
+        // SAFETY: `Native::new`'s contract: CPL0, so CR4.TSD cannot fault us.
+        unsafe { x86::time::rdtsc() }
+    }
+
+    #[inline(always)]
+    fn rdtsc_ordered(&self) -> u64 {
+        let (lo, hi): (u32, u32);
+        let fence = FENCE.load(Ordering::Relaxed);
+        if fence == FENCE_RDTSCP {
+            // SAFETY: rdtscp touches no memory; allowed at CPL0 (and in user
+            // space), and only chosen when CPUID reports it.
+            unsafe {
+                core::arch::asm!("rdtscp", out("eax") lo, out("edx") hi, out("ecx") _,
+                    options(nomem, nostack, preserves_flags));
+            }
+        } else if fence == FENCE_MFENCE {
+            // SAFETY: mfence and rdtsc touch no memory the compiler knows
+            // about; rdtsc is allowed at CPL0 (`Native::new`'s contract).
+            unsafe {
+                core::arch::asm!("mfence", "rdtsc", out("eax") lo, out("edx") hi,
+                    options(nostack, preserves_flags));
+            }
+        } else {
+            // SAFETY: as above, with lfence.
+            unsafe {
+                core::arch::asm!("lfence", "rdtsc", out("eax") lo, out("edx") hi,
+                    options(nostack, preserves_flags));
+            }
+        }
+        ((hi as u64) << 32) | lo as u64
+    }
+
+    #[inline(always)]
+    fn rdtscp(&self) -> (u64, u32) {
+        // SAFETY: callers check CPUID's RDTSCP bit (trait contract); CPL0.
+        unsafe { x86::time::rdtscp() }
+    }
+
+    #[inline]
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult {
+        let r = raw_cpuid::native_cpuid::cpuid_count(leaf, subleaf);
+        CpuidResult {
+            eax: r.eax,
+            ebx: r.ebx,
+            ecx: r.ecx,
+            edx: r.edx,
+        }
+    }
+
+    #[inline]
+    fn rdmsr(&self, msr: Msr) -> u64 {
+        // SAFETY: CPL0 (`Native::new`); reading clock MSRs has no side
+        // effects; an absent MSR raises #GP, which the OS handles or dies on
+        // (callers gate on CPUID).
+        unsafe { x86::msr::rdmsr(msr.number()) }
+    }
+
+    unsafe fn wrmsr(&self, msr: Msr, value: u64) {
+        // SAFETY: CPL0 (`Native::new`); the caller upholds the value's contract.
+        unsafe { x86::msr::wrmsr(msr.number(), value) }
+    }
+
+    #[inline(always)]
+    fn inl(&self, port: u16) -> u32 {
+        // SAFETY: CPL0, and `Native::new`'s contract lets clockhal read the
+        // ports the OS or firmware named; reading the PM timer has no effects.
+        unsafe { x86::io::inl(port) }
+    }
+
+    #[inline(always)]
+    fn mmio_read32(&self, region: MmioRegion, offset: usize) -> u32 {
+        match Self::region_ptr(region, offset, 4) {
+            // SAFETY: in bounds and aligned within a region the OS vouched
+            // for (`MmioRegion::new`).
+            Some(a) => unsafe { core::ptr::read_volatile(a as *const u32) },
+            None => u32::MAX,
+        }
+    }
+
+    #[inline(always)]
+    fn mmio_read64(&self, region: MmioRegion, offset: usize) -> u64 {
+        match Self::region_ptr(region, offset, 8) {
+            // SAFETY: as in `mmio_read32`; one 8-byte aligned load (`mov`).
+            Some(a) => unsafe { core::ptr::read_volatile(a as *const u64) },
+            None => u64::MAX,
+        }
+    }
+
+    fn mmio_write32(&self, region: MmioRegion, offset: usize, value: u32) {
+        if let Some(a) = Self::region_ptr(region, offset, 4) {
+            // SAFETY: in bounds and aligned within a vouched-for region.
+            unsafe { core::ptr::write_volatile(a as *mut u32, value) }
+        }
+    }
+
+    fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64) {
+        if let Some(a) = Self::region_ptr(region, offset, 8) {
+            // SAFETY: in bounds and aligned within a vouched-for region.
+            unsafe { core::ptr::write_volatile(a as *mut u64, value) }
+        }
+    }
+}

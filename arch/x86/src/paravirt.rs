@@ -1,0 +1,405 @@
+//! Hypervisor-shared memory and the MSR writes that share it.
+//!
+//! The layouts are ABI (Linux `pvclock-abi.h`, the Hyper-V TLFS) and are
+//! declared with atomics: the hypervisor writes them behind the compiler's
+//! back, so every field access is an atomic load, and backends stay safe.
+//! Handing memory to the hypervisor is the one unsafe act; it happens through
+//! [`PhysMapped`], which the OS creates.
+//!
+//! Also here, shared by the paravirtual backends: the ABIs' arithmetic
+//! ([`pvclock_scale_delta`], [`pvclock_tsc_hz_ratio`], [`hv_scale_tsc`], ...).
+//! The never-backwards filter they share is `clockhal_core::MonotonicGuard`.
+
+use crate::{Hardware, Msr};
+
+mod scale;
+
+use core::sync::atomic::{AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8};
+pub use scale::{
+    hv_next_sequence, hv_reference_scale, hv_scale_tsc, hv_sequence_valid, hv_tsc_hz_from_scale,
+    pvclock_scale_delta, pvclock_time_scale, HV_REFERENCE_HZ,
+};
+use static_assertions::{assert_eq_size, const_assert_eq};
+
+/// `pvclock_vcpu_time_info`: one per vCPU, 32 bytes, written by KVM.
+///
+/// 32-byte alignment keeps an area inside one page, as the ABI requires.
+#[repr(C, align(32))]
+#[derive(Debug, Default)]
+pub struct PvclockVcpuTimeInfo {
+    /// Odd while the host updates the area.
+    pub version: AtomicU32,
+    /// Padding.
+    pub pad0: AtomicU32,
+    /// TSC value at `system_time`.
+    pub tsc_timestamp: AtomicU64,
+    /// Nanoseconds at `tsc_timestamp`.
+    pub system_time: AtomicU64,
+    /// 32.32 fixed-point multiplier from (shifted) TSC ticks to ns.
+    pub tsc_to_system_mul: AtomicU32,
+    /// Pre-shift of the TSC delta (negative: right shift).
+    pub tsc_shift: AtomicI8,
+    /// [`PVCLOCK_TSC_STABLE_BIT`] | [`PVCLOCK_GUEST_STOPPED`].
+    pub flags: AtomicU8,
+    /// Padding.
+    pub pad: [AtomicU8; 2],
+}
+
+/// `flags` bit: the host guarantees a TSC-stable, cross-vCPU-consistent clock
+/// (trust it only when CPUID grants `CLOCKSOURCE_STABLE_BIT`).
+pub const PVCLOCK_TSC_STABLE_BIT: u8 = 1 << 0;
+/// `flags` bit: the host paused the guest; the guest clears it.
+pub const PVCLOCK_GUEST_STOPPED: u8 = 1 << 1;
+
+assert_eq_size!(PvclockVcpuTimeInfo, [u8; 32]);
+const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_timestamp), 8);
+const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, system_time), 16);
+const_assert_eq!(
+    core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_to_system_mul),
+    24
+);
+const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_shift), 28);
+const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, flags), 29);
+
+impl PvclockVcpuTimeInfo {
+    /// Writes the area as a KVM host does: version odd while the fields
+    /// change, even after (an update left open, odd, is finished rather than
+    /// restarted). A guest never writes the area; this is for simulators,
+    /// benchmarks and tests that play the host.
+    pub fn publish(&self, tsc_timestamp: u64, system_time: u64, mul: u32, shift: i8, flags: u8) {
+        use core::sync::atomic::Ordering::{Release, SeqCst};
+        let odd = self.version.load(SeqCst) | 1;
+        self.version.store(odd, SeqCst);
+        self.tsc_timestamp.store(tsc_timestamp, Release);
+        self.system_time.store(system_time, Release);
+        self.tsc_to_system_mul.store(mul, Release);
+        self.tsc_shift.store(shift, Release);
+        self.flags.store(flags, Release);
+        self.version.store(odd.wrapping_add(1), SeqCst);
+    }
+
+    /// A zeroed area (version 0, mul 0: "not yet written").
+    pub const fn new() -> Self {
+        PvclockVcpuTimeInfo {
+            version: AtomicU32::new(0),
+            pad0: AtomicU32::new(0),
+            tsc_timestamp: AtomicU64::new(0),
+            system_time: AtomicU64::new(0),
+            tsc_to_system_mul: AtomicU32::new(0),
+            tsc_shift: AtomicI8::new(0),
+            flags: AtomicU8::new(0),
+            pad: [AtomicU8::new(0), AtomicU8::new(0)],
+        }
+    }
+}
+
+/// The exact TSC rate a pvclock area's `tsc_to_system_mul`/`tsc_shift`
+/// describe, as `(numerator, denominator)` Hz (feed it to
+/// `clockhal_core::Frequency::from_ratio`).
+///
+/// The area converts `d` ticks to `(d·2^shift · mul) / 2^32` ns, so one tick
+/// is `mul·2^shift / 2^32` ns and the rate is `10^9·2^32 / (mul·2^shift)` Hz
+/// (FreeBSD's `pvclock_tsc_freq`, kept as a fraction instead of rounded).
+///
+/// `None` for values no host writes: `mul == 0` ("not yet written") or
+/// `|shift| > 32`. Both parts stay below 2^95.
+///
+/// ```
+/// use clockhal_x86::paravirt::pvclock_tsc_hz_ratio;
+/// // A 2 GHz TSC: 0.5 ns per tick = 2^31 / 2^32 with shift 0.
+/// let (num, den) = pvclock_tsc_hz_ratio(1 << 31, 0).unwrap();
+/// assert_eq!(num / den, 2_000_000_000);
+/// assert_eq!(pvclock_tsc_hz_ratio(0, 0), None);
+/// assert_eq!(pvclock_tsc_hz_ratio(1 << 31, 40), None);
+/// ```
+pub const fn pvclock_tsc_hz_ratio(mul: u32, shift: i8) -> Option<(u128, u128)> {
+    if mul == 0 || shift < -32 || shift > 32 {
+        return None;
+    }
+    let num = 1_000_000_000u128 << 32;
+    if shift >= 0 {
+        Some((num, (mul as u128) << shift))
+    } else {
+        Some((num << -shift, mul as u128))
+    }
+}
+
+/// `pvclock_wall_clock`, 12 bytes: the boot time in wall-clock seconds,
+/// written when the wall-clock MSR is written.
+#[repr(C, align(4))]
+#[derive(Debug, Default)]
+pub struct PvclockWallClock {
+    /// Odd while the host updates it.
+    pub version: AtomicU32,
+    /// Seconds since the Unix epoch at guest system_time 0.
+    pub sec: AtomicU32,
+    /// Nanoseconds part.
+    pub nsec: AtomicU32,
+}
+
+assert_eq_size!(PvclockWallClock, [u8; 12]);
+
+impl PvclockWallClock {
+    /// A zeroed structure.
+    pub const fn new() -> Self {
+        PvclockWallClock {
+            version: AtomicU32::new(0),
+            sec: AtomicU32::new(0),
+            nsec: AtomicU32::new(0),
+        }
+    }
+}
+
+/// Hyper-V reference TSC page (one 4 KiB page).
+///
+/// `time = ((tsc * scale) >> 64) + offset` in 100 ns units while
+/// `sequence` is neither 0 nor `0xFFFF_FFFF`.
+#[repr(C, align(4096))]
+#[derive(Debug)]
+pub struct HvReferenceTscPage {
+    /// Changes on every update; 0 (or the old 0xFFFFFFFF) = invalid.
+    pub sequence: AtomicU32,
+    /// Reserved.
+    pub reserved0: AtomicU32,
+    /// 64.64 fixed-point multiplier.
+    pub scale: AtomicU64,
+    /// Signed offset in 100 ns units.
+    pub offset: AtomicI64,
+    /// Rest of the page (reserved).
+    pub reserved: [AtomicU64; 509],
+}
+
+assert_eq_size!(HvReferenceTscPage, [u8; 4096]);
+const_assert_eq!(core::mem::align_of::<HvReferenceTscPage>(), 4096);
+const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, scale), 8);
+const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, offset), 16);
+
+impl HvReferenceTscPage {
+    /// Writes the page as Hyper-V does: sequence 0 (invalid) while `scale`
+    /// and `offset` change, then `sequence` (see
+    /// [`hv_next_sequence`]). For simulators, benchmarks and tests that play
+    /// the host.
+    pub fn publish(&self, sequence: u32, scale: u64, offset: i64) {
+        use core::sync::atomic::Ordering::{Release, SeqCst};
+        self.sequence.store(0, SeqCst);
+        self.scale.store(scale, Release);
+        self.offset.store(offset, Release);
+        self.sequence.store(sequence, SeqCst);
+    }
+
+    /// A zeroed (invalid) page.
+    pub const fn new() -> Self {
+        HvReferenceTscPage {
+            sequence: AtomicU32::new(0),
+            reserved0: AtomicU32::new(0),
+            scale: AtomicU64::new(0),
+            offset: AtomicI64::new(0),
+            reserved: [const { AtomicU64::new(0) }; 509],
+        }
+    }
+}
+
+impl Default for HvReferenceTscPage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Memory that the hypervisor may write, with its guest-physical address.
+///
+/// `T` may be a slice (e.g. one pvclock area per vCPU, contiguous):
+/// element `i` is then at `phys + i * size_of::<element>()`.
+#[derive(Debug)]
+pub struct PhysMapped<T: ?Sized + 'static> {
+    virt: &'static T,
+    phys: u64,
+    simulated: bool,
+}
+
+impl<T: ?Sized> Clone for PhysMapped<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ?Sized> Copy for PhysMapped<T> {}
+
+impl<T: ?Sized> PhysMapped<T> {
+    /// Pairs memory with its guest-physical address.
+    ///
+    /// # Safety
+    /// `phys` is the guest-physical address of `*virt` (physically
+    /// contiguous for its whole size), and the OS lets the hypervisor write
+    /// that memory for as long as it stays registered (clockhal unregisters
+    /// on drop/shutdown; the OS must not reuse the memory before).
+    pub const unsafe fn new(virt: &'static T, phys: u64) -> Self {
+        PhysMapped {
+            virt,
+            phys,
+            simulated: false,
+        }
+    }
+
+    /// Memory that a *simulated* hypervisor writes, at a fake physical
+    /// address. Safe: the registration helpers in this module refuse it on
+    /// hardware that is not a simulator ([`Hardware::is_simulated`]), so a
+    /// fake address never reaches a real hypervisor.
+    pub const fn simulated(virt: &'static T, phys: u64) -> Self {
+        PhysMapped {
+            virt,
+            phys,
+            simulated: true,
+        }
+    }
+
+    /// Whether it was made by [`PhysMapped::simulated`].
+    pub const fn is_simulated(&self) -> bool {
+        self.simulated
+    }
+
+    /// The memory.
+    pub const fn get(&self) -> &'static T {
+        self.virt
+    }
+
+    /// Its guest-physical address.
+    pub const fn phys(&self) -> u64 {
+        self.phys
+    }
+}
+
+impl<T> PhysMapped<[T]> {
+    /// Element `i` with its own physical address, or `None` out of range.
+    pub fn element(&self, i: usize) -> Option<PhysMapped<T>> {
+        let virt = self.virt.get(i)?;
+        let offset = (i as u64).checked_mul(core::mem::size_of::<T>() as u64)?;
+        Some(PhysMapped {
+            virt,
+            phys: self.phys.checked_add(offset)?,
+            simulated: self.simulated,
+        })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.virt.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.virt.is_empty()
+    }
+}
+
+/// Why a registration was refused before touching any MSR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum RegisterError {
+    /// The physical address is not aligned as the ABI requires.
+    Misaligned,
+    /// The MSR is not one that takes this kind of memory.
+    WrongMsr,
+    /// Simulated memory ([`PhysMapped::simulated`]) offered to hardware
+    /// that is not a simulator.
+    Simulated,
+}
+
+impl core::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            RegisterError::Misaligned => "memory not aligned as the ABI requires",
+            RegisterError::WrongMsr => "MSR does not take this kind of memory",
+            RegisterError::Simulated => "simulated memory offered to real hardware",
+        })
+    }
+}
+
+impl core::error::Error for RegisterError {}
+
+/// Refuses simulated memory on real hardware.
+fn check_backing<H: Hardware, T: ?Sized>(hw: &H, mem: &PhysMapped<T>) -> Result<(), RegisterError> {
+    if mem.is_simulated() && !hw.is_simulated() {
+        return Err(RegisterError::Simulated);
+    }
+    Ok(())
+}
+
+/// Registers a pvclock area for the calling vCPU with `msr`
+/// ([`Msr::KVM_SYSTEM_TIME_NEW`] or [`Msr::KVM_SYSTEM_TIME`]): writes
+/// `phys | 1`. Call on the vCPU that will read the area.
+pub fn kvm_register_system_time<H: Hardware>(
+    hw: &H,
+    msr: Msr,
+    area: PhysMapped<PvclockVcpuTimeInfo>,
+) -> Result<(), RegisterError> {
+    if msr != Msr::KVM_SYSTEM_TIME_NEW && msr != Msr::KVM_SYSTEM_TIME {
+        return Err(RegisterError::WrongMsr);
+    }
+    check_backing(hw, &area)?;
+    if area.phys() % 32 != 0 {
+        return Err(RegisterError::Misaligned);
+    }
+    // SAFETY: `PhysMapped::new`'s contract: `phys` is this area's address and
+    // the hypervisor may write it while registered.
+    unsafe { hw.wrmsr(msr, area.phys() | 1) };
+    Ok(())
+}
+
+/// Stops the host from updating the calling vCPU's pvclock area (writes 0).
+pub fn kvm_unregister_system_time<H: Hardware>(hw: &H, msr: Msr) -> Result<(), RegisterError> {
+    if msr != Msr::KVM_SYSTEM_TIME_NEW && msr != Msr::KVM_SYSTEM_TIME {
+        return Err(RegisterError::WrongMsr);
+    }
+    // SAFETY: a zero value disables the area; no memory is handed over.
+    unsafe { hw.wrmsr(msr, 0) };
+    Ok(())
+}
+
+/// Asks KVM to (re)write the wall clock into `wall` ([`Msr::KVM_WALL_CLOCK_NEW`]
+/// or [`Msr::KVM_WALL_CLOCK`]). The structure is written once per call.
+pub fn kvm_request_wall_clock<H: Hardware>(
+    hw: &H,
+    msr: Msr,
+    wall: PhysMapped<PvclockWallClock>,
+) -> Result<(), RegisterError> {
+    if msr != Msr::KVM_WALL_CLOCK_NEW && msr != Msr::KVM_WALL_CLOCK {
+        return Err(RegisterError::WrongMsr);
+    }
+    check_backing(hw, &wall)?;
+    if wall.phys() % 4 != 0 {
+        return Err(RegisterError::Misaligned);
+    }
+    // SAFETY: `PhysMapped::new`'s contract covers the host's write.
+    unsafe { hw.wrmsr(msr, wall.phys()) };
+    Ok(())
+}
+
+/// Sets the Hyper-V guest OS identity (must be non-zero before the reference
+/// TSC MSR may be used).
+pub fn hv_set_guest_os_id<H: Hardware>(hw: &H, id: u64) {
+    // SAFETY: the guest OS ID is an identification value; writing it hands
+    // over no memory and changes no guest state.
+    unsafe { hw.wrmsr(Msr::HV_GUEST_OS_ID, id) }
+}
+
+/// Enables the Hyper-V reference TSC page at `page`, preserving the MSR's
+/// reserved bits 11:1 as the TLFS requires.
+pub fn hv_enable_reference_tsc<H: Hardware>(
+    hw: &H,
+    page: PhysMapped<HvReferenceTscPage>,
+) -> Result<(), RegisterError> {
+    check_backing(hw, &page)?;
+    if page.phys() % 4096 != 0 {
+        return Err(RegisterError::Misaligned);
+    }
+    let reserved = hw.rdmsr(Msr::HV_REFERENCE_TSC) & 0xFFE;
+    // SAFETY: `PhysMapped::new`'s contract: the page is ours to hand over.
+    unsafe { hw.wrmsr(Msr::HV_REFERENCE_TSC, page.phys() | reserved | 1) };
+    Ok(())
+}
+
+/// Disables the reference TSC page (keeps reserved bits).
+pub fn hv_disable_reference_tsc<H: Hardware>(hw: &H) {
+    let reserved = hw.rdmsr(Msr::HV_REFERENCE_TSC) & 0xFFE;
+    // SAFETY: clearing the enable bit hands over no memory.
+    unsafe { hw.wrmsr(Msr::HV_REFERENCE_TSC, reserved) }
+}

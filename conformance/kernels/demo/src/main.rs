@@ -1,0 +1,333 @@
+//! Example unikernel: how an OS uses clockhal.
+//!
+//! Booted by `qemu-system-x86_64 -kernel` (PVH, via clockhal-boot), it
+//!
+//! 1. gives clockhal what only the OS has: the RSDP, a view of physical
+//!    memory, the HPET mapping, memory for kvmclock and the Hyper-V page;
+//! 2. probes with the default policy and prints every candidate's verdict
+//!    and the selection;
+//! 3. busy-waits 100 ms on the selected clock while every other candidate
+//!    measures the same interval, and prints the differences in ppm;
+//! 4. runs a clock-heavy workload (two timestamps per small operation) with
+//!    each usable source forced in turn, and compares throughput;
+//! 5. exits QEMU with success (status 33).
+//!
+//! Run it with `./scripts/demo.sh` from the repository root.
+#![no_std]
+#![no_main]
+
+mod workload;
+
+use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
+use clockhal::x86::{MmioRegion, OffsetMapping};
+use clockhal::{Clock, Duration, Platform, Policy, Probed, Scale, Verdict};
+use clockhal_boot::{println, smp::MAX_CPUS, BootHw, BootInfo};
+use core::hint::spin_loop;
+
+clockhal_boot::entry!(kmain);
+
+/// kvmclock memory: one 32-byte area per vCPU (the type is 32-byte aligned,
+/// so no area crosses a page). KVM writes it; the atomics let us share it.
+static PVCLOCK: [PvclockVcpuTimeInfo; MAX_CPUS] = [const { PvclockVcpuTimeInfo::new() }; MAX_CPUS];
+/// The Hyper-V reference TSC page (page aligned by its type).
+static HV_PAGE: HvReferenceTscPage = HvReferenceTscPage::new();
+
+/// clockhal-boot identity-maps the low 4 GiB; 3..4 GiB is uncached (MMIO).
+const IDENTITY_MAPPED: u64 = 1 << 32;
+const UNCACHED_FROM: u64 = 3 << 30;
+
+/// Length of the comparison busy-wait.
+const COMPARE_FOR: Duration = Duration::from_millis(100);
+/// Operations per workload batch (`-append ops=N` overrides).
+const DEFAULT_OPS: u32 = 5_000;
+
+fn kmain(info: &BootInfo) -> ! {
+    println!(
+        "unikernel: booted; RSDP {:x?}, command line {:?}",
+        info.rsdp_paddr, info.cmdline
+    );
+    // clockhal reaches the hardware only through a `Hardware`: the boot
+    // crate's wraps the real instructions and adds what only the OS knows
+    // (#GP recovery for MSR probes, the CPU index).
+    // SAFETY: this is the kernel: it runs at CPL0 on clockhal-boot, and it
+    // lets clockhal read the TSC, CPUID, the clock MSRs CPUID promises and
+    // the I/O ports its ACPI tables name (the PM timer).
+    let hw = unsafe { BootHw::new() };
+
+    // --- 1. What only the OS knows --------------------------------------
+    // SAFETY: clockhal-boot identity-maps 0..4 GiB, and clockhal only reads
+    // the ACPI tables the RSDP leads to (plain RAM/ROM, no side effects).
+    let memory = unsafe { OffsetMapping::new(0, IDENTITY_MAPPED) };
+    // The identity map already covers the HPET (uncached from 3 GiB up).
+    let map_hpet = |phys: u64, len: usize| {
+        let end = phys.checked_add(len as u64)?;
+        if phys < UNCACHED_FROM || end > IDENTITY_MAPPED {
+            return None;
+        }
+        // SAFETY: `phys..end` is identity-mapped uncached, and it is the
+        // register block ACPI's HPET table names.
+        unsafe { MmioRegion::new(phys as usize, len) }
+    };
+    // SAFETY: identity map, so the physical address is the virtual one;
+    // the statics are contiguous, reserved for the hypervisor's writes, and
+    // live forever (this kernel never reuses them).
+    let pvclock = unsafe { PhysMapped::new(&PVCLOCK[..], PVCLOCK.as_ptr() as u64) };
+    // SAFETY: as above.
+    let hv_page = unsafe { PhysMapped::new(&HV_PAGE, &HV_PAGE as *const _ as u64) };
+
+    let mut platform = Platform::new()
+        .hpet_mapper(&map_hpet)
+        .pvclock_areas(pvclock)
+        .hyperv_tsc_page(hv_page)
+        .policy(Policy::new());
+    if let Some(rsdp) = info.rsdp_paddr {
+        platform = platform.acpi(rsdp, &memory);
+    }
+
+    // --- 2. Probe, print the verdicts -------------------------------------
+    let probed = clockhal::probe(hw, &platform);
+    println!("\ncandidates:\n{}", probed.report().table());
+    println!("choice: {}", probed.report());
+    // A real OS keeps both for the life of the system (see clockhal's docs:
+    // a once-cell or `into_static`); kmain never returns, so locals do here.
+    let clock = match probed.clock() {
+        Ok(clock) => clock,
+        Err(e) => {
+            println!("unikernel: {e}");
+            clockhal_boot::exit_qemu(clockhal_boot::EXIT_FAILURE)
+        }
+    };
+    println!("selected: {} at {}", clock.source_name(), Freq(&clock));
+
+    // --- 3. 100 ms on the selected clock vs every other candidate --------
+    compare(&probed, &clock);
+
+    // --- 4. Clock-heavy workload with each usable source forced -----------
+    let ops = ops_from(info.cmdline);
+    let all_forced = run_workload(hw, &platform, &probed, &clock, ops);
+
+    println!("\nunikernel: done ({} on the clock)", clock.now());
+    if !all_forced {
+        println!("unikernel: FAILED: a usable source could not be forced");
+        clockhal_boot::exit_qemu(clockhal_boot::EXIT_FAILURE)
+    }
+    clockhal_boot::exit_qemu(clockhal_boot::EXIT_SUCCESS)
+}
+
+/// `ops=N` on the command line, else [`DEFAULT_OPS`].
+fn ops_from(cmdline: &str) -> u32 {
+    cmdline
+        .split_ascii_whitespace()
+        .find_map(|arg| arg.strip_prefix("ops=")?.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(DEFAULT_OPS)
+}
+
+/// The clock's rate, or `-`.
+struct Freq<'a>(&'a Clock<'a>);
+
+impl core::fmt::Display for Freq<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0.frequency() {
+            Some(hz) => write!(f, "{hz}"),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// A constructed candidate to compare: its backend and exact scale.
+struct Probe<'a> {
+    name: &'static str,
+    demoted: bool,
+    source: &'a dyn clockhal::ClockSource,
+    scale: Scale,
+}
+
+/// One candidate reading bracketed by two readings of the selected source.
+#[derive(Clone, Copy, Default)]
+struct Bracket {
+    before: u64,
+    value: u64,
+    after: u64,
+}
+
+impl Bracket {
+    fn take(selected: &dyn clockhal::ClockSource, other: &dyn clockhal::ClockSource) -> Bracket {
+        Bracket {
+            before: selected.read(),
+            value: other.read(),
+            after: selected.read(),
+        }
+    }
+    /// The selected source's ticks at the middle of the bracket.
+    fn mid(&self) -> u64 {
+        self.before + self.after.saturating_sub(self.before) / 2
+    }
+    /// Half the bracket's width: how far off `mid` the reading may be.
+    fn slack(&self) -> u64 {
+        self.after.saturating_sub(self.before).div_ceil(2)
+    }
+}
+
+/// Busy-waits [`COMPARE_FOR`] on `clock` and prints what every other
+/// constructed candidate measured over the same interval.
+///
+/// Each candidate is read between two reads of the selected source, at the
+/// start and at the end; its interval is compared with the selected
+/// source's interval between the bracket midpoints, so slow (trapping)
+/// reads do not bias the result, and the bracket widths bound the error.
+fn compare(probed: &Probed<BootHw>, clock: &Clock<'_>) {
+    let selected = clock.source_id();
+    let (Some(sel), Some(sel_hz)) = (clock.source(), clock.frequency()) else {
+        return;
+    };
+    let sel_scale = Scale::new(sel_hz);
+    let mut list: [Option<Probe<'_>>; clockhal::MAX_CANDIDATES] =
+        [const { None }; clockhal::MAX_CANDIDATES];
+    for (slot, c) in list.iter_mut().zip(probed.report().ranked()) {
+        let (Some(source), Some(hz)) = (probed.source(c.id), c.frequency) else {
+            continue;
+        };
+        if c.id != selected {
+            *slot = Some(Probe {
+                name: c.name,
+                demoted: matches!(c.verdict, Verdict::Demoted(_)),
+                source,
+                scale: Scale::new(hz),
+            });
+        }
+    }
+
+    let mut start = [Bracket::default(); clockhal::MAX_CANDIDATES];
+    let mut end = [Bracket::default(); clockhal::MAX_CANDIDATES];
+    let _ = clock.watchdog_tick(); // baseline for the run-time cross-check
+    let t0 = clock.now();
+    for (p, b) in list.iter().zip(&mut start) {
+        if let Some(p) = p {
+            *b = Bracket::take(sel, p.source);
+        }
+    }
+    while clock.elapsed(t0) < COMPARE_FOR {
+        spin_loop();
+    }
+    for (p, b) in list.iter().zip(&mut end) {
+        if let Some(p) = p {
+            *b = Bracket::take(sel, p.source);
+        }
+    }
+    let waited = clock.elapsed(t0);
+    let event = clock.watchdog_tick();
+
+    println!(
+        "\n{} ms busy-wait on {} ({} ns), measured by each candidate:",
+        COMPARE_FOR.as_millis(),
+        clock.source_name(),
+        waited.as_nanos()
+    );
+    println!(
+        "{:<12} {:>12} {:>14} {:>10} {:>10}",
+        "source", "elapsed ns", "selected ns", "ppm", "+/- ppm"
+    );
+    for (i, p) in list.iter().enumerate() {
+        let Some(p) = p else { continue };
+        let (s, e) = (start[i], end[i]);
+        let ns = p.scale.ticks_to_ns(e.value.saturating_sub(s.value));
+        let sel_ns = sel_scale.ticks_to_ns(e.mid().saturating_sub(s.mid()));
+        let slack = sel_scale.ticks_to_ns(s.slack() + e.slack());
+        let note = if p.demoted { "  (demoted)" } else { "" };
+        println!(
+            "{:<12} {:>12} {:>14} {:>+10} {:>10}{note}",
+            p.name,
+            ns,
+            sel_ns,
+            ppm(ns, sel_ns),
+            ppm(sel_ns + slack, sel_ns)
+        );
+    }
+    println!("watchdog after the wait: {event:?}");
+}
+
+/// `(value - reference) / reference` in ppm (0 if the reference is 0).
+fn ppm(value: u64, reference: u64) -> i64 {
+    let diff = i128::from(value) - i128::from(reference);
+    (diff * 1_000_000)
+        .checked_div(i128::from(reference))
+        .unwrap_or(0) as i64
+}
+
+/// Runs the workload once per usable candidate, each time through a probe
+/// that forces that candidate, timing every batch with the OS's `clock`.
+/// Returns whether every usable candidate could be forced.
+fn run_workload(
+    hw: BootHw,
+    platform: &Platform<'_>,
+    probed: &Probed<BootHw>,
+    clock: &Clock<'_>,
+    ops: u32,
+) -> bool {
+    println!(
+        "\nworkload: {ops} ops of {{ t0 = now(); checksum({} bytes); t1 = now() }} per source, timed by {}",
+        workload::PACKET,
+        clock.source_name()
+    );
+    // (name, probe time, outcome), in rank order.
+    let mut rows: [Option<(&'static str, Duration, workload::Outcome)>; clockhal::MAX_CANDIDATES] =
+        [const { None }; clockhal::MAX_CANDIDATES];
+    let mut all_forced = true;
+    for (slot, c) in rows.iter_mut().zip(probed.report().ranked()) {
+        if !matches!(c.verdict, Verdict::Usable) {
+            continue;
+        }
+        // Forcing goes through the facade like any policy: a new probe.
+        let p0 = clock.now();
+        let forced = clockhal::probe(hw, &platform.policy(Policy::new().force(c.name)));
+        let probe_time = clock.elapsed(p0);
+        let forced_clock = forced
+            .clock()
+            .ok()
+            .filter(|fc| forced.report().is_forced() && fc.source_id() == c.id);
+        let outcome = forced_clock
+            .map(|fc| workload::run(ops, || fc.now().as_nanos(), || clock.now().as_nanos()));
+        // Dropping a probe result unregisters kvmclock (and disables the
+        // Hyper-V page) on this CPU, but the forced probe registered the very
+        // memory the OS's own clock reads: leave the registration in place.
+        // The probe result owns no other resources.
+        let forced_report = *forced.report();
+        core::mem::forget(forced);
+        match outcome {
+            Some(o) => *slot = Some((c.name, probe_time, o)),
+            None => {
+                println!("  {}: could not be forced: {:#}", c.name, forced_report);
+                all_forced = false;
+            }
+        }
+    }
+
+    let selected = clock.source_name();
+    let base = rows
+        .iter()
+        .flatten()
+        .find(|(name, ..)| *name == selected)
+        .map_or(0, |(_, _, o)| o.ops_per_sec());
+    println!(
+        "{:<12} {:>10} {:>10} {:>10} {:>12} {:>10}",
+        "source", "ops/s", "ns/op", "t1-t0 ns", "vs selected", "probe ms"
+    );
+    for (name, probe_time, o) in rows.iter().flatten() {
+        let ops_s = o.ops_per_sec();
+        // Ratio in hundredths, printed as x.yy.
+        let ratio = (ops_s * 100).checked_div(base).unwrap_or(0);
+        let mark = if *name == selected { " (selected)" } else { "" };
+        println!(
+            "{:<12} {:>10} {:>10} {:>10} {:>9}.{:02}x {:>10}{mark}",
+            name,
+            ops_s,
+            o.elapsed_ns / u64::from(o.ops),
+            o.timed_ns / u64::from(o.ops),
+            ratio / 100,
+            ratio % 100,
+            probe_time.as_millis(),
+        );
+    }
+    all_forced
+}

@@ -1,0 +1,238 @@
+//! clockhal's conformance kernel.
+//!
+//! Boots under QEMU (PVH, via clockhal-boot), starts the other vCPUs, runs
+//! the TSC warp test, probes every clockhal backend through the facade
+//! (kvmclock registered on every vCPU), runs the conformance suite on every
+//! constructed source, and prints the result lines that `clockhal-matrix`
+//! parses (format: `clockhal_conformance::line`). Exits through
+//! isa-debug-exit: success only when no check failed.
+#![no_std]
+#![no_main]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod cpus;
+mod table;
+
+use clockhal::x86::paravirt::{PhysMapped, PvclockVcpuTimeInfo};
+use clockhal::x86::{Hardware, MmioRegion, OffsetMapping};
+use clockhal::{ClockSource, Platform, Policy, SourceId, Verdict};
+use clockhal_boot::{println, smp, BootInfo};
+use clockhal_conformance::{line, Check, CheckResult, Config, Suite, Summary, Value};
+use core::fmt::Write;
+
+clockhal_boot::entry!(kmain);
+
+/// The sources the matrix knows, in report order.
+const IDS: [SourceId; 6] = [
+    SourceId::Kvmclock,
+    SourceId::HypervPage,
+    SourceId::HypervMsr,
+    SourceId::Tsc,
+    SourceId::Hpet,
+    SourceId::AcpiPm,
+];
+
+/// Preferred references for rate checks: fixed-rate devices independent of
+/// the TSC first.
+const REFERENCE_ORDER: [SourceId; 4] = [
+    SourceId::Hpet,
+    SourceId::AcpiPm,
+    SourceId::Tsc,
+    SourceId::Kvmclock,
+];
+
+/// One pvclock area per possible vCPU, 32-byte elements in one page.
+#[repr(C, align(4096))]
+struct PvclockPage([PvclockVcpuTimeInfo; smp::MAX_CPUS]);
+
+static PVCLOCK: PvclockPage = PvclockPage([const { PvclockVcpuTimeInfo::new() }; smp::MAX_CPUS]);
+
+/// The low 4 GiB are identity mapped by clockhal-boot.
+const IDENTITY_LIMIT: u64 = 1 << 32;
+/// 3..4 GiB are mapped uncached (device registers).
+const UNCACHED_BASE: u64 = 3 << 30;
+
+fn kmain(info: &'static BootInfo) -> ! {
+    println!(
+        "kernel: clockhal conformance kernel, rsdp {:x?}",
+        info.rsdp_paddr
+    );
+    let cpus = smp::start_aps();
+    println!("kernel: {cpus} CPU(s)");
+
+    // SAFETY: we run at CPL0 on a clockhal-boot kernel (IDT with MSR-probe
+    // recovery, GS-based CPU index), and clockhal may use the clock hardware.
+    let hw = unsafe { clockhal_boot::BootHw::new() };
+    let sync = cpus::tsc_warp_test(hw, cpus);
+    println!("kernel: TSC sync status {sync:?}");
+
+    // SAFETY: the kernel is identity mapped (phys = virt) and PVCLOCK, one
+    // page-aligned static, is physically contiguous and reserved for the
+    // hypervisor's writes for the life of the kernel.
+    let areas = unsafe { PhysMapped::new(&PVCLOCK.0[..], PVCLOCK.0.as_ptr() as u64) };
+    // SAFETY: clockhal-boot identity maps the low 4 GiB; ACPI tables are
+    // plain memory there.
+    let phys = unsafe { OffsetMapping::new(0, IDENTITY_LIMIT) };
+    let map_hpet = |base: u64, len: usize| {
+        let end = base.checked_add(len as u64)?;
+        if base < UNCACHED_BASE || end > IDENTITY_LIMIT {
+            return None;
+        }
+        // SAFETY: base..end lies in clockhal-boot's uncached identity map,
+        // and ACPI says the HPET's registers are there.
+        unsafe { MmioRegion::new(base as usize, len) }
+    };
+    let mut platform = Platform::new()
+        .hpet_mapper(&map_hpet)
+        .pvclock_areas(areas)
+        .tsc_sync(sync)
+        .policy(Policy::new());
+    if let Some(rsdp) = info.rsdp_paddr {
+        platform = platform.acpi(rsdp, &phys);
+    }
+    let probed = clockhal::probe(hw, &platform);
+
+    if let Some(k) = probed.kvmclock() {
+        for cpu in 1..cpus {
+            // Each vCPU registers its own area (the suite reads kvmclock on
+            // every CPU in the cross-CPU check).
+            let register = || match k.register_this_cpu() {
+                Ok(()) => println!("kernel: kvmclock registered on cpu {}", smp::current_cpu()),
+                Err(e) => println!(
+                    "kernel: kvmclock registration FAILED on cpu {}: {e}",
+                    smp::current_cpu()
+                ),
+            };
+            if let Err(e) = cpus::run_on(cpu, &register) {
+                println!("kernel: cannot run on cpu {cpu}: {e:?}");
+            }
+        }
+    }
+
+    let report = probed.report();
+    println!("kernel: choice: {report:#}");
+    println!("{}", report.table());
+
+    // Every constructed backend is checked.
+    let mut sources: [Option<&dyn ClockSource>; 6] = [None; 6];
+    for (slot, id) in sources.iter_mut().zip(IDS) {
+        *slot = probed.source(id);
+    }
+    let mut list: [&dyn ClockSource; 6] = [&NONE; 6];
+    let mut n = 0;
+    for s in sources.iter().flatten() {
+        list[n] = *s;
+        n += 1;
+    }
+    let list = &list[..n];
+    let reference = REFERENCE_ORDER.iter().find_map(|id| probed.source(*id));
+    let selected = report.selected().map(|c| c.name);
+
+    let Some(reference) = reference else {
+        // Nothing to check (e.g. TCG microvm: no HPET, no PM timer, and no
+        // way to rate the TSC). No check failed; the runner's expectation
+        // table says whether this is acceptable here.
+        println!("kernel: no clock source was constructed");
+        let _ = line::write_header(&mut clockhal_boot::serial::lock(), cpus, "none");
+        print_sources(report);
+        let _ = line::write_summary(&mut clockhal_boot::serial::lock(), &Summary::default());
+        clockhal_boot::exit_qemu(clockhal_boot::EXIT_SUCCESS);
+    };
+    let _ = line::write_header(&mut clockhal_boot::serial::lock(), cpus, reference.name());
+
+    let cycles = || hw.rdtsc_ordered();
+    let mut costs: [Option<u64>; 6] = [None; 6];
+    let summary = Suite::new(list, reference, &cycles)
+        .config(Config::default())
+        .cpus(&cpus::BootCpus)
+        .selected(selected)
+        .run(&mut |r: &CheckResult<'_>| {
+            if r.check == Check::ReadCost {
+                if let (Some(i), Value::U64(c)) = (
+                    IDS.iter().position(|id| id.default_name() == r.source),
+                    r.value,
+                ) {
+                    costs[i] = Some(c);
+                }
+            }
+            let _ = line::write_check(&mut clockhal_boot::serial::lock(), r);
+        });
+
+    print_sources(report);
+    let _ = table::write(&mut clockhal_boot::serial::lock(), report, &costs);
+    let _ = line::write_summary(&mut clockhal_boot::serial::lock(), &summary);
+    clockhal_boot::exit_qemu(if summary.ok() {
+        clockhal_boot::EXIT_SUCCESS
+    } else {
+        clockhal_boot::EXIT_FAILURE
+    })
+}
+
+/// One `SOURCE` line per known source.
+fn print_sources(report: &clockhal::Report) {
+    let mut out = clockhal_boot::serial::lock();
+    for id in IDS {
+        let Some(c) = report.get(id) else {
+            let _ =
+                line::write_absent_source(&mut out, id.default_name(), format_args!("not probed"));
+            continue;
+        };
+        let mut reason = table::Text::new();
+        let _ = match c.verdict {
+            Verdict::Rejected(r) => {
+                let _ = line::write_absent_source(&mut out, c.name, format_args!("{r}"));
+                continue;
+            }
+            Verdict::Usable => write!(
+                reason,
+                "usable{}{}",
+                if c.note == clockhal::Note::None {
+                    ""
+                } else {
+                    ": "
+                },
+                c.note
+            ),
+            Verdict::Demoted(d) => write!(reason, "demoted: {d}"),
+        };
+        let _ = line::write_present_source(
+            &mut out,
+            &line::PresentSource {
+                name: c.name,
+                quality: c.rating.map_or(0, |q| q.get()),
+                freq_hz: c.frequency.map_or(0, |f| f.hz_rounded()),
+                flags: c.stability,
+                cost: c.read_cost.unwrap_or(clockhal::ReadCost::SeveralTraps),
+                selected: report.selected_id() == Some(id),
+                reason: reason.as_str(),
+            },
+        );
+    }
+}
+
+/// Placeholder for unused slots of the source list (never read).
+struct NoSource;
+
+impl ClockSource for NoSource {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn read(&self) -> u64 {
+        0
+    }
+    fn frequency(&self) -> clockhal::Frequency {
+        clockhal::Frequency::from_hz(1).unwrap_or_else(|_| unreachable!())
+    }
+    fn quality(&self) -> clockhal::Quality {
+        clockhal::Quality::UNUSABLE
+    }
+    fn stability(&self) -> clockhal::Stability {
+        clockhal::Stability::empty()
+    }
+    fn read_cost(&self) -> clockhal::ReadCost {
+        clockhal::ReadCost::NoTrap
+    }
+}
+
+static NONE: NoSource = NoSource;
