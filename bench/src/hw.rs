@@ -127,6 +127,13 @@ impl Hardware for UserHw {
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
         let _ = (msr, value);
     }
+    fn inb(&self, port: u16) -> u8 {
+        let _ = port;
+        u8::MAX
+    }
+    unsafe fn outb(&self, port: u16, value: u8) {
+        let _ = (port, value);
+    }
     fn inl(&self, port: u16) -> u32 {
         let _ = port;
         u32::MAX

@@ -291,6 +291,8 @@ pub struct TrapCounts {
     pub msr_writes: u64,
     /// Port reads.
     pub port_reads: u64,
+    /// Port writes.
+    pub port_writes: u64,
     /// MMIO loads.
     pub mmio_reads: u64,
     /// MMIO stores.
@@ -304,7 +306,12 @@ pub struct TrapCounts {
 impl TrapCounts {
     /// MSR, port and MMIO accesses: the exits a clock read may cause.
     pub fn exits(&self) -> u64 {
-        self.msr_reads + self.msr_writes + self.port_reads + self.mmio_reads + self.mmio_writes
+        self.msr_reads
+            + self.msr_writes
+            + self.port_reads
+            + self.port_writes
+            + self.mmio_reads
+            + self.mmio_writes
     }
 }
 
@@ -313,6 +320,7 @@ struct Counters {
     msr_reads: AtomicU64,
     msr_writes: AtomicU64,
     port_reads: AtomicU64,
+    port_writes: AtomicU64,
     mmio_reads: AtomicU64,
     mmio_writes: AtomicU64,
     cpuid: AtomicU64,
@@ -522,6 +530,7 @@ impl SimMachine {
             msr_reads: l(&c.msr_reads),
             msr_writes: l(&c.msr_writes),
             port_reads: l(&c.port_reads),
+            port_writes: l(&c.port_writes),
             mmio_reads: l(&c.mmio_reads),
             mmio_writes: l(&c.mmio_writes),
             cpuid: l(&c.cpuid),
@@ -536,6 +545,7 @@ impl SimMachine {
             &c.msr_reads,
             &c.msr_writes,
             &c.port_reads,
+            &c.port_writes,
             &c.mmio_reads,
             &c.mmio_writes,
             &c.cpuid,
@@ -699,6 +709,15 @@ impl SimMachine {
         }
     }
 
+    /// A guest `outb`, as the simulated machine handles it (safe: simulated
+    /// devices only). Writes to absent devices are dropped.
+    pub fn write_port8(&self, port: u16, value: u8) {
+        self.counters.port_writes.fetch_add(1, Ordering::SeqCst);
+        let mut st = self.lock();
+        self.tick(&mut st, self.config.costs.trap_ns);
+        let _ = (port, value);
+    }
+
     fn garbage(leaf: u32, sub: u32) -> CpuidResult {
         let mut x = (leaf as u64) << 32 | sub as u64 | 0x9E37_79B9_0000_0000;
         let mut next = || {
@@ -804,6 +823,21 @@ impl Hardware for SimMachine {
     #[allow(unsafe_code)]
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
         self.write_msr(msr, value)
+    }
+
+    fn inb(&self, port: u16) -> u8 {
+        self.counters.port_reads.fetch_add(1, Ordering::SeqCst);
+        let mut st = self.lock();
+        self.tick(&mut st, self.config.costs.trap_ns);
+        let _ = port; // no 8-bit devices yet: an absent device reads all ones
+        u8::MAX
+    }
+
+    // As `wrmsr`: unsafe only because the trait is; simulated ports have no
+    // effect outside the simulation.
+    #[allow(unsafe_code)]
+    unsafe fn outb(&self, port: u16, value: u8) {
+        self.write_port8(port, value)
     }
 
     fn inl(&self, port: u16) -> u32 {

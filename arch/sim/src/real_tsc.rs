@@ -71,6 +71,14 @@ impl Hardware for RealTsc {
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
         self.sim.write_msr(msr, value)
     }
+    fn inb(&self, port: u16) -> u8 {
+        self.sim.inb(port)
+    }
+    // Forwarded to the simulator's devices.
+    #[allow(unsafe_code)]
+    unsafe fn outb(&self, port: u16, value: u8) {
+        self.sim.write_port8(port, value)
+    }
     fn inl(&self, port: u16) -> u32 {
         self.sim.inl(port)
     }

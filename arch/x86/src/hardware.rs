@@ -180,6 +180,18 @@ pub trait Hardware: Sync {
     /// clock, Hyper-V reference TSC) must name memory reserved for that use;
     /// use the safe wrappers in [`paravirt`](crate::paravirt) instead.
     unsafe fn wrmsr(&self, msr: Msr, value: u64);
+    /// 8-bit port read (`in al, dx`): the PIT's counters and status, the
+    /// CMOS RTC's data port. Only ports the OS or firmware tables name.
+    fn inb(&self, port: u16) -> u8;
+    /// 8-bit port write (`out dx, al`): PIT commands, the CMOS RTC's index.
+    ///
+    /// # Safety
+    /// The write must not violate the OS's invariants: the port belongs to
+    /// a device the OS lets clockhal program (e.g. PIT channel 2, which the
+    /// OS leaves alone; the CMOS index register, with the NMI-disable bit
+    /// as the OS wants it). Backends reach it only through the safe,
+    /// device-specific wrappers of this crate.
+    unsafe fn outb(&self, port: u16, value: u8);
     /// 32-bit port read (`in eax, dx`).
     fn inl(&self, port: u16) -> u32;
     /// 32-bit MMIO load at `region.base() + offset`.
@@ -234,6 +246,15 @@ impl<T: Hardware + ?Sized> Hardware for &T {
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
         // SAFETY: forwarded; the caller upholds `wrmsr`'s contract.
         unsafe { (**self).wrmsr(msr, value) }
+    }
+    #[inline(always)]
+    fn inb(&self, port: u16) -> u8 {
+        (**self).inb(port)
+    }
+    #[inline(always)]
+    unsafe fn outb(&self, port: u16, value: u8) {
+        // SAFETY: forwarded; the caller upholds `outb`'s contract.
+        unsafe { (**self).outb(port, value) }
     }
     #[inline(always)]
     fn inl(&self, port: u16) -> u32 {

@@ -147,6 +147,18 @@ impl Hardware for Native {
     }
 
     #[inline(always)]
+    fn inb(&self, port: u16) -> u8 {
+        // SAFETY: CPL0, and `Native::new`'s contract lets clockhal read the
+        // ports the OS or firmware named (PIT counters, CMOS data).
+        unsafe { x86::io::inb(port) }
+    }
+
+    unsafe fn outb(&self, port: u16, value: u8) {
+        // SAFETY: CPL0 (`Native::new`); the caller upholds `outb`'s contract.
+        unsafe { x86::io::outb(port, value) }
+    }
+
+    #[inline(always)]
     fn inl(&self, port: u16) -> u32 {
         // SAFETY: CPL0, and `Native::new`'s contract lets clockhal read the
         // ports the OS or firmware named; reading the PM timer has no effects.

@@ -258,6 +258,13 @@ impl Hardware for Descheduled<'_> {
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
         unreachable!("the PM timer backend writes no MSR ({msr:?} = {value:#x})")
     }
+    fn inb(&self, port: u16) -> u8 {
+        self.m.inb(port)
+    }
+    /// Declared as the trait requires; nothing unsafe happens.
+    unsafe fn outb(&self, port: u16, value: u8) {
+        unreachable!("the PM timer backend writes no port ({port:#x} = {value:#x})")
+    }
     fn inl(&self, port: u16) -> u32 {
         self.maybe_stall();
         self.m.inl(port)

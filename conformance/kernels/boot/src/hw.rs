@@ -55,6 +55,13 @@ impl Hardware for BootHw {
         unsafe { self.native.wrmsr(msr, value) }
     }
     #[inline(always)]
+    fn inb(&self, port: u16) -> u8 {
+        self.native.inb(port)
+    }
+    unsafe fn outb(&self, port: u16, value: u8) {
+        // SAFETY: forwarded; the caller upholds `outb`'s contract.
+        unsafe { self.native.outb(port, value) }
+    }
     fn inl(&self, port: u16) -> u32 {
         self.native.inl(port)
     }
