@@ -343,6 +343,8 @@ pub struct SimMachine {
     state: Mutex<State>,
     counters: Counters,
     rdtsc_hook: RdtscHookSlot,
+    /// One owner of the clock hardware at a time (`Hardware::clock_lease`).
+    lease: AtomicBool,
 }
 
 /// A test's code that runs right after a `rdtsc` (see
@@ -395,6 +397,7 @@ impl SimMachine {
             state: Mutex::new(state),
             counters: Counters::default(),
             rdtsc_hook: RdtscHookSlot::default(),
+            lease: AtomicBool::new(false),
         }
     }
 
@@ -818,6 +821,10 @@ impl Hardware for SimMachine {
         self.msr_read(msr)
     }
 
+    fn recovers_msr_faults(&self) -> bool {
+        true
+    }
+
     // The trait makes `wrmsr` unsafe for real hardware; the simulator's
     // "hypervisor" only ever writes memory it allocated itself.
     #[allow(unsafe_code)]
@@ -874,6 +881,10 @@ impl Hardware for SimMachine {
 
     fn is_simulated(&self) -> bool {
         true
+    }
+
+    fn clock_lease(&self) -> &AtomicBool {
+        &self.lease
     }
 }
 

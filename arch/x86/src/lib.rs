@@ -32,7 +32,7 @@ mod memory;
 mod native;
 pub mod paravirt;
 
-pub use hardware::{CpuidResult, Hardware, MmioRegion, Msr};
+pub use hardware::{rdmsr_checked, CpuidResult, Hardware, MmioRegion, Msr};
 pub use memory::{OffsetMapping, PhysMemory, SliceMemory};
 #[cfg(target_arch = "x86_64")]
-pub use native::Native;
+pub use native::{cpu_local_max, Native};

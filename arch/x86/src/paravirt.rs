@@ -93,6 +93,50 @@ impl PvclockVcpuTimeInfo {
     }
 }
 
+/// One 4 KiB page of pvclock areas, one per vCPU (128): page-aligned, so a
+/// single physical frame holds them all and area `i` is at the page's
+/// physical address plus `32·i` — which a slice of a higher-half static
+/// array cannot promise when it straddles two frames. Hand it to clockhal
+/// as `PhysMapped<PvclockPage>` and take [`PhysMapped::areas`].
+#[repr(C, align(4096))]
+#[derive(Debug)]
+pub struct PvclockPage {
+    /// The areas, indexed by CPU.
+    pub areas: [PvclockVcpuTimeInfo; PvclockPage::AREAS],
+}
+
+assert_eq_size!(PvclockPage, [u8; 4096]);
+
+impl PvclockPage {
+    /// Areas per page.
+    pub const AREAS: usize = 128;
+
+    /// A zeroed page.
+    pub const fn new() -> PvclockPage {
+        PvclockPage {
+            areas: [const { PvclockVcpuTimeInfo::new() }; PvclockPage::AREAS],
+        }
+    }
+}
+
+impl Default for PvclockPage {
+    fn default() -> Self {
+        PvclockPage::new()
+    }
+}
+
+impl PhysMapped<PvclockPage> {
+    /// The page's areas, each at its exact physical address (the page is
+    /// one frame).
+    pub fn areas(&self) -> PhysMapped<[PvclockVcpuTimeInfo]> {
+        PhysMapped {
+            virt: &self.virt.areas[..],
+            phys: self.phys,
+            simulated: self.simulated,
+        }
+    }
+}
+
 /// The exact TSC rate a pvclock area's `tsc_to_system_mul`/`tsc_shift`
 /// describe, as `(numerator, denominator)` Hz (feed it to
 /// `clockhal_core::Frequency::from_ratio`).
