@@ -190,7 +190,8 @@ pub trait Hardware: Sync {
     /// a device the OS lets clockhal program (e.g. PIT channel 2, which the
     /// OS leaves alone; the CMOS index register, with the NMI-disable bit
     /// as the OS wants it). Backends reach it only through the safe,
-    /// device-specific wrappers of this crate.
+    /// device-specific wrappers of this crate ([`pit`](crate::pit),
+    /// [`cmos`](crate::cmos)).
     unsafe fn outb(&self, port: u16, value: u8);
     /// 32-bit port read (`in eax, dx`).
     fn inl(&self, port: u16) -> u32;
