@@ -16,7 +16,8 @@
 //!   ([`PmTimer`]), an 8254 PIT ([`Pit8254`]) and a CMOS RTC ([`CmosRtc`]),
 //!   each with fault injection.
 //! - **Trap counters**: every MSR, port and MMIO access is counted
-//!   ([`TrapCounts`]), so a test can assert "exactly one exit per read".
+//!   ([`TrapCounts`]), so a test can assert "exactly one exit per read";
+//!   [`PortTap`] logs (and can rewrite) each 8-bit port access.
 //! - **Memory** shared with the "hypervisor" is allocated by the machine
 //!   ([`SimMachine::alloc_pvclock_areas`], ...), which remembers the fake
 //!   physical address it handed out.
@@ -39,6 +40,7 @@ mod kvm;
 mod memory;
 mod pit;
 mod pm_timer;
+mod port_tap;
 #[cfg(target_arch = "x86_64")]
 mod real_tsc;
 mod rtc;
@@ -50,6 +52,7 @@ pub use kvm::{KvmConfig, KvmHost};
 pub use memory::SharedMemory;
 pub use pit::{Pit8254, PitConfig, PitModel, PIT_HARDWARE_RATE, PIT_KVM_RATE, PIT_QEMU_RATE};
 pub use pm_timer::{PmTimer, PmTimerConfig};
+pub use port_tap::{PortAccess, PortTap};
 #[cfg(target_arch = "x86_64")]
 pub use real_tsc::RealTsc;
 pub use rtc::{CmosRtc, RtcConfig, UIP_LEAD_NS, UPDATE_CYCLE_NS};
