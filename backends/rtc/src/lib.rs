@@ -96,13 +96,17 @@ const D_VRT: u8 = 0x80;
 pub const UIP_LEAD_NS: u64 = 244_141;
 
 /// UIP polls before [`RtcError::UpdateStuck`]: UIP stays up at most
-/// 244 + 1984 µs, and one poll (two port accesses) takes at least ~0.5 µs.
-const MAX_UIP_POLLS: u32 = 10_000;
+/// 244 + 1984 µs, and one poll (two port accesses) takes at least ~0.1 µs
+/// (QEMU TCG: ~56 ns per access; an ISA bus: ~1 µs).
+const MAX_UIP_POLLS: u32 = 50_000;
 /// Full register reads before [`RtcError::Unstable`].
 const MAX_SNAPSHOTS: u32 = 8;
-/// UIP polls while waiting for a second edge (a second is at most ~500,000
-/// polls of ≥ 2 µs on real ISA timing).
-const MAX_EDGE_POLLS: u32 = 2_000_000;
+/// UIP polls while waiting for a second edge: a backstop behind the
+/// caller's deadline (a second is ~9,000,000 polls under QEMU TCG).
+const MAX_EDGE_POLLS: u32 = 100_000_000;
+/// Polls after which a caller's clock that has not moved counts as stopped
+/// (≥ 11 ms even at TCG's ~112 ns per poll).
+const STOPPED_CLOCK_POLLS: u32 = 100_000;
 
 /// How to read the RTC.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -196,20 +200,24 @@ impl<H: Hardware> Rtc<H> {
     /// around every poll), place the edge [`UIP_LEAD_NS`] after the middle
     /// of the rise window, then [`read`](Self::read). Gives up with
     /// [`RtcError::NoUpdateEdge`] after `max_wait_ns` of the caller's clock
-    /// (pass a bit over a second) or 2,000,000 polls, and with
-    /// [`RtcError::EdgeLost`] if the read ended too late to be sure it
-    /// shows the edge's second.
+    /// (pass a bit over a second), when that clock stands still for 100,000
+    /// polls, or after 100,000,000 polls; and with [`RtcError::EdgeLost`]
+    /// if the read ended too late to be sure it shows the edge's second.
     pub fn read_at_second_edge(
         &self,
         mut now_ns: impl FnMut() -> u64,
         max_wait_ns: u64,
     ) -> Result<RtcEdge, RtcError> {
         self.check_state()?;
-        let deadline = now_ns().saturating_add(max_wait_ns);
-        let mut polls = 0u32;
+        let start = now_ns();
+        let deadline = start.saturating_add(max_wait_ns);
+        let (mut polls, mut moved_at, mut last) = (0u32, 0u32, start);
         let mut give_up = |t: u64| {
             polls += 1;
-            polls > MAX_EDGE_POLLS || t > deadline
+            if t != last {
+                (moved_at, last) = (polls, t);
+            }
+            polls > MAX_EDGE_POLLS || polls - moved_at > STOPPED_CLOCK_POLLS || t > deadline
         };
         // UIP low first, so that its rise is seen. `zero_at` is the caller's
         // time just before the latest poll that read UIP low.

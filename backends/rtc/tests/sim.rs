@@ -294,8 +294,8 @@ fn absent_dead_halted_and_stuck_rtcs() {
         let m = machine(config);
         let t0 = m.now_ns();
         assert_eq!(Rtc::new(&m, &qemu_options()).unwrap().read(), Err(e));
-        // 10,000 polls of two accesses at most.
-        assert!(m.now_ns() - t0 < 25_000_000);
+        // 50,000 polls of two 1 µs accesses at most.
+        assert!(m.now_ns() - t0 < 101_000_000);
     }
 }
 
@@ -337,7 +337,7 @@ fn second_edge_alignment_is_as_precise_as_the_polls() {
         let m = machine(config);
         let rtc = Rtc::new(&m, &qemu_options()).unwrap();
         let mut seed = 11;
-        for _ in 0..20 {
+        for _ in 0..10 {
             m.advance(rng(&mut seed) % (5 * S));
             let edge = rtc.read_at_second_edge(|| m.now_ns(), 2 * S).unwrap();
             // Where the simulator put that second's edge (machine time).
@@ -369,13 +369,15 @@ fn edge_alignment_gives_up_cleanly() {
     );
     let waited = m.now_ns() - t0;
     assert!((S + S / 10..S + S / 5).contains(&waited), "{waited}");
-    // ...and by the poll count if the caller's clock stands still.
+    // ...and by the poll count if the caller's clock stands still: 100,000
+    // polls of two 1 µs accesses.
     let t0 = m.now_ns();
     assert_eq!(
         rtc.read_at_second_edge(|| 0, S),
         Err(RtcError::NoUpdateEdge)
     );
-    assert!(m.now_ns() - t0 <= 2_000_001 * 2_000 + 10_000);
+    let waited = m.now_ns() - t0;
+    assert!((200_000_000..200_100_000).contains(&waited), "{waited}");
 
     // UIP stuck high: never low, so no rise to see.
     let m = machine(RtcConfig {
