@@ -284,17 +284,17 @@ impl<H: Hardware> Pit<H> {
     pub fn probe(hw: H, options: &PitOptions) -> Result<Pit<H>, PitError> {
         pit::start_channel2(&hw);
         let read = || pit::read_channel2(&hw);
-        // An absent PIT floats to 0xFFFF; a live one shows 0xFFFF for one
-        // tick per wrap, so insist three times.
+        // An absent PIT floats to 0xFFFF forever; a live one shows 0xFFFF
+        // for one tick per wrap (several reads where port I/O is fast).
         let first = read();
-        if first == 0xFFFF && (0..2).all(|_| read() == 0xFFFF) {
-            return Err(PitError::Absent);
-        }
         let Some(mut prev) = (0..MAX_START_READS).find_map(|_| {
             let v = read();
             (v != first).then_some(v)
         }) else {
-            return Err(PitError::NotCounting { value: first });
+            return Err(match first {
+                0xFFFF => PitError::Absent,
+                value => PitError::NotCounting { value },
+            });
         };
         let backward = (0..DIRECTION_READS)
             .filter(|_| {

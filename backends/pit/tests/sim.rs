@@ -461,3 +461,36 @@ fn a_read_from_an_interrupt_inside_a_read_returns_instead_of_deadlocking() {
     assert!(outer > before);
     assert!(pit.read() >= outer);
 }
+
+#[test]
+fn a_live_pit_showing_0xffff_at_first_is_not_absent() {
+    // Reads far faster than a tick (QEMU TCG: ~0.2 ticks per read) that
+    // start inside the tick where the counter shows 0xFFFF.
+    let mut c = SimConfig::cpu(2_000_000_000).with_pit(PitConfig::qemu());
+    c.costs.trap_ns = 50;
+    let m = c.build();
+    let tap = PortTap::new(&m);
+    // The first latch lands 1 µs after the count is written (tick 1).
+    let writes = Arc::new(AtomicU64::new(0));
+    let w = writes.clone();
+    tap.set_hook(move |m, a| {
+        if let PortAccess::Write { port: 0x42, .. } = a {
+            if w.fetch_add(1, Ordering::SeqCst) == 1 {
+                m.advance(1_000);
+            }
+        }
+        None
+    });
+    let pit = Pit::probe(&tap, &PitOptions::default()).unwrap();
+    let log = tap.log();
+    let first: Vec<u8> = log
+        .iter()
+        .filter_map(|a| match *a {
+            PortAccess::Read { port: 0x42, value } => Some(value),
+            _ => None,
+        })
+        .take(6)
+        .collect();
+    assert_eq!(first, [0xFF; 6], "three reads of 0xFFFF");
+    assert!(pit.read() > 0);
+}
