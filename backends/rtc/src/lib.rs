@@ -240,12 +240,15 @@ impl<H: Hardware> Rtc<H> {
                 return Err(RtcError::NoUpdateEdge);
             }
         };
-        let half = (rise_by - zero_at.min(rise_by)) / 2;
-        let at_ns = zero_at.min(rise_by) + half + UIP_LEAD_NS;
+        // Saturating: the caller's clock is not trusted to be sane either.
+        let from = zero_at.min(rise_by);
+        let half = (rise_by - from) / 2;
+        let at_ns = from.saturating_add(half).saturating_add(UIP_LEAD_NS);
         let time = self.read()?;
         // The read must have finished before the next rise could have
         // started another update.
-        if now_ns().saturating_add(half) >= at_ns + 1_000_000_000 - UIP_LEAD_NS {
+        let next_rise = at_ns.saturating_add(1_000_000_000 - UIP_LEAD_NS);
+        if now_ns().saturating_add(half) >= next_rise {
             return Err(RtcError::EdgeLost);
         }
         Ok(RtcEdge {

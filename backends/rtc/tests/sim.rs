@@ -437,3 +437,24 @@ fn a_read_torn_by_a_descheduled_vcpu_is_caught_by_the_agreement_rule() {
         assert_eq!(t.to_string(), "2026-12-01T12:35:00Z");
     }
 }
+
+#[test]
+fn a_hostile_caller_clock_cannot_make_the_edge_wait_panic() {
+    let m = SimMachine::qemu_tcg();
+    let rtc = Rtc::new(&m, &qemu_options()).unwrap();
+    // Near the end of the range, and running backwards.
+    let mut t = u64::MAX - 10;
+    let r = rtc.read_at_second_edge(
+        || {
+            t = t.wrapping_sub(1_000);
+            t
+        },
+        u64::MAX,
+    );
+    assert!(r.is_ok() || r == Err(RtcError::EdgeLost), "{r:?}");
+    let r = rtc.read_at_second_edge(|| u64::MAX, u64::MAX);
+    assert!(
+        matches!(r, Ok(_) | Err(RtcError::NoUpdateEdge | RtcError::EdgeLost)),
+        "{r:?}"
+    );
+}
