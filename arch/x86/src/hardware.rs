@@ -150,7 +150,7 @@ impl MmioRegion {
 /// Statically dispatched: backends are generic over `H: Hardware`, so the
 /// read path compiles to the instructions themselves. Implemented by
 /// [`Native`](crate::Native) (real instructions), by
-/// [`SimMachine`](crate::sim::SimMachine) (feature `sim`), and by any OS
+/// `clockhal_sim::SimMachine` (crate `clockhal-sim`), and by any OS
 /// wrapper that adds, for example, #GP recovery ([`try_rdmsr`](Self::try_rdmsr))
 /// or its CPU index ([`cpu_index`](Self::cpu_index)).
 ///
@@ -208,7 +208,8 @@ pub trait Hardware: Sync {
     /// a device the OS lets clockhal program (e.g. PIT channel 2, which the
     /// OS leaves alone; the CMOS index register, with the NMI-disable bit
     /// as the OS wants it). Backends reach it only through the safe,
-    /// device-specific wrappers of this crate.
+    /// device-specific wrappers of this crate ([`pit`](crate::pit),
+    /// [`cmos`](crate::cmos)).
     unsafe fn outb(&self, port: u16, value: u8);
     /// 32-bit port read (`in eax, dx`).
     fn inl(&self, port: u16) -> u32;

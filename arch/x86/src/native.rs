@@ -62,6 +62,20 @@ impl Native {
     /// promises, and the I/O ports that the OS or its firmware tables name
     /// (the ACPI PM timer). MMIO and hypervisor-shared memory need their own
     /// tokens ([`MmioRegion`], [`PhysMapped`](crate::paravirt::PhysMapped)).
+    ///
+    /// It also allows the legacy-device accesses of the PIT and RTC
+    /// backends, when the OS probes them (and only then):
+    /// - **PIT** ([`pit`](crate::pit)): clockhal reads port 0x61 and writes
+    ///   it back with bit 0 (channel-2 gate) set and bit 1 (speaker data)
+    ///   clear, writes control word 0xB0 (channel 2, mode 0) and count 0 to
+    ///   ports 0x43/0x42, and then writes latch commands (0x80) to 0x43 and
+    ///   reads 0x42. From then on the OS leaves channel 2 and bits 0–1 of
+    ///   port 0x61 alone. Channels 0 and 1 are never touched.
+    /// - **CMOS RTC** ([`cmos`](crate::cmos)): clockhal writes register
+    ///   indices below 0x80 (never 0x0C) to port 0x70, with bit 7 (NMI
+    ///   disable) as the OS chose, and reads port 0x71; it never writes
+    ///   CMOS data. The OS keeps other CMOS users off while clockhal reads.
+    ///
     /// In user space (hosted mode, benchmarks) the token is sound as long as
     /// only `rdtsc`, `rdtsc_ordered`, `rdtscp` and `cpuid` are used and the
     /// OS has not set CR4.TSD.
