@@ -303,9 +303,8 @@ impl fmt::Display for Note {
 
 /// What clockhal concluded about one candidate. A constructed candidate
 /// carries its [`Descriptor`] (rating, rate, flags, cost); a rejected one
-/// has none.
+/// has none. The three states are complete (exhaustive matches are fine).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Verdict {
     /// Constructed and passed its checks: eligible for selection (if rated
     /// above 0).

@@ -9,16 +9,18 @@
 //!   the HPET mapping, memory to share with the hypervisor, TSC sync
 //!   results, a [`Policy`]) and a [`Hardware`](clockhal_x86::Hardware)
 //!   implementation ([`Native`](clockhal_x86::Native) in a kernel,
-//!   `&SimMachine` in tests). It returns a [`Probed`] that owns the
+//!   `&SimMachine` in tests). It returns a [`Probed`]: the constructed
 //!   backends and a [`Report`] with every candidate's verdict.
-//! - [`Probed::clock`] gives the ready [`Clock`]: [`Clock::now`] returns an
-//!   [`Instant`] that never goes backwards, [`Clock::watchdog_tick`]
-//!   cross-checks the selected source at run time and switches away from a
-//!   drifting one without a backward step.
+//! - [`Probed::into_clock`] gives the ready [`Clock`], which owns the
+//!   machine's clock hardware from then on: [`Clock::now`] returns an
+//!   [`Instant`] that never goes backwards (see [`Clock`] for exactly what
+//!   is guaranteed across CPUs), [`Clock::watchdog_tick`] cross-checks the
+//!   current source against every other one at run time and switches away
+//!   from a faulty one without a backward step.
 //! - The report prints like FreeBSD's `kern.timecounter.choice`, with
-//!   reasons: `kvmclock(400, selected) tsc(300, rate from pvclock)
-//!   hpet(250, traps) acpi-pm(120, verified mode)`, and as a table
-//!   ([`Report::table`]).
+//!   reasons: `kvmclock(400, selected) tsc(290, rate from pvclock,
+//!   supervised) hpet(250, traps) acpi-pm(120, verified mode)`, and as a
+//!   table ([`Report::table`]).
 //!
 //! No allocation, no `unsafe` (the OS's promises are the `unsafe`
 //! constructors of [`Native`](clockhal_x86::Native),
@@ -28,59 +30,73 @@
 //! ## Quick start (kernel)
 //!
 //! ```no_run
-//! use clockhal::{Clock, Platform, Policy, Probed};
-//! use clockhal_x86::paravirt::{PhysMapped, PvclockVcpuTimeInfo};
+//! use clockhal::{Clock, Platform, Policy};
+//! use clockhal_x86::paravirt::{PhysMapped, PvclockPage};
 //! use clockhal_x86::{MmioRegion, Native, OffsetMapping};
 //! use spin::Once;
 //!
-//! static PROBED: Once<Probed<Native>> = Once::new();
-//! static CLOCK: Once<Clock<'static>> = Once::new();
-//! // One 32-byte pvclock area per vCPU (page-contained, see PhysMapped).
-//! static PVCLOCK: [PvclockVcpuTimeInfo; 4] = [const { PvclockVcpuTimeInfo::new() }; 4];
+//! static CLOCK: Once<Clock<Native>> = Once::new();
+//! // One 32-byte pvclock area per vCPU, in one page-aligned page.
+//! static PVCLOCK: PvclockPage = PvclockPage::new();
 //!
 //! # fn virt_to_phys<T: ?Sized>(_: &T) -> u64 { 0 }
 //! # fn map_uncached(_: u64, _: usize) -> usize { 0 }
-//! fn init_time(rsdp: u64) -> &'static Clock<'static> {
-//!     // SAFETY: we run at CPL0 and let clockhal use the clock MSRs/ports.
-//!     let hw = unsafe { Native::new() };
+//! # fn this_cpu() -> usize { 0 }
+//! fn init_time(rsdp: u64, cpus: usize) -> &'static Clock<Native> {
+//!     // SAFETY: we run at CPL0, let clockhal use the clock MSRs and ports,
+//!     // and `this_cpu` names the executing CPU for a whole clock read.
+//!     let hw = unsafe { Native::new() }.with_cpu_index(this_cpu);
 //!     // SAFETY: all physical memory is mapped at this offset, read-only use.
 //!     let phys = unsafe { OffsetMapping::new(0xFFFF_8000_0000_0000, 1 << 32) };
 //!     // SAFETY: PVCLOCK's physical address is what virt_to_phys returns,
 //!     // and the memory is reserved for the hypervisor's writes.
-//!     let areas: PhysMapped<[PvclockVcpuTimeInfo]> =
-//!         unsafe { PhysMapped::new(&PVCLOCK[..], virt_to_phys(&PVCLOCK)) };
-//!     let map_hpet = |phys: u64, len: usize| {
+//!     let page = unsafe { PhysMapped::new(&PVCLOCK, virt_to_phys(&PVCLOCK)) };
+//!     let mut map_hpet = |phys: u64, len: usize| {
 //!         let virt = map_uncached(phys, len);
 //!         // SAFETY: `virt` maps the HPET registers, uncached.
 //!         unsafe { MmioRegion::new(virt, len) }
 //!     };
 //!     let platform = Platform::new()
 //!         .acpi(rsdp, &phys)
-//!         .hpet_mapper(&map_hpet)
-//!         .pvclock_areas(areas)
+//!         .hpet_mapper(&mut map_hpet)
+//!         .pvclock_page(page)
+//!         .cpus(cpus)
 //!         .policy(Policy::new());
-//!     let probed = PROBED.call_once(|| clockhal::probe(hw, &platform));
-//!     // kern.timecounter.choice-style line, then the full table.
+//!     let probed = clockhal::probe(hw, platform);
+//!     // kern.timecounter.choice-style line, then the full table:
 //!     // println!("{}", probed.report());
 //!     // println!("{}", probed.report().table());
-//!     CLOCK.call_once(|| probed.clock().expect("no usable clock"))
+//!     CLOCK.call_once(|| probed.into_clock().expect("no usable clock"))
 //! }
 //!
-//! fn timer_interrupt_every_250ms(clock: &Clock<'_>) {
+//! // On each application processor, before it reads the clock:
+//! fn ap_init(clock: &Clock<Native>) {
+//!     let _ = clock.register_this_cpu(); // kvmclock area, TSC_ADJUST check
+//! }
+//!
+//! // From a periodic timer interrupt (every 100-500 ms):
+//! fn timer_tick(clock: &Clock<Native>) {
 //!     let _event = clock.watchdog_tick();
 //! }
 //!
-//! let clock = init_time(0xE0000);
+//! let clock = init_time(0xE0000, 1);
 //! let t0 = clock.now();
 //! // ... work ...
 //! let took = clock.elapsed(t0);
 //! ```
 //!
-//! `spin::Once` stands for any once-cell the OS has; without one, move the
-//! values into caller-provided `'static` slots with [`Probed::into_static`]
-//! and [`Clock::into_static`] (e.g. `static_cell::StaticCell`). On SMP,
-//! every application processor calls `probed.kvmclock().map(|k|
-//! k.register_this_cpu())` before reading the clock.
+//! `spin::Once` stands for any once-cell the OS has.
+//!
+//! ## Lifecycle
+//!
+//! | when | call |
+//! |---|---|
+//! | boot CPU, once | [`probe`], then [`Probed::into_clock`]; keep the [`Clock`] in a `static` |
+//! | each AP, before its first read | [`Clock::register_this_cpu`] |
+//! | after the OS's TSC warp test | [`Clock::set_tsc_sync`] (or [`Platform::tsc_sync`] before the probe) |
+//! | timer interrupt, every 100-500 ms | [`Clock::watchdog_tick`] (a TSC selected without a hypervisor's promise is *supervised*: it stays current only while ticks arrive) |
+//! | CPU going offline | [`Clock::unregister_this_cpu`] |
+//! | after suspend/resume or live migration | [`Clock::resume`] on the boot CPU, [`Clock::resume_this_cpu`] on the others |
 //!
 //! ## Features
 //!
@@ -110,7 +126,9 @@ mod select;
 
 pub use candidate::{Candidate, Demotion, Note, Rejection, SourceId, Verdict, MAX_CANDIDATES};
 pub use check::SelfCheck;
-pub use clock::{Clock, CpuError, NoClock, WatchdogEvent, STUCK_READS, SWITCH_MARGIN_NS};
+pub use clock::{
+    Clock, CpuError, NoClock, NoClockReason, WatchdogEvent, STUCK_READS, SWITCH_MARGIN_NS,
+};
 pub use platform::{HpetAccess, Platform};
 pub use probe::{probe, Probed, HPET_REGION_LEN};
 pub use report::{Report, Table};

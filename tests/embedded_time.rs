@@ -12,8 +12,8 @@ fn embedded_time_instants_and_timers_follow_the_clock() {
     let plat = Platform::new()
         .pvclock_areas(m.alloc_pvclock_areas(1))
         .self_check(SelfCheck::new().rate_interval(Duration::from_millis(1)));
-    let p = probe(&m, &plat);
-    let clock = p.clock().unwrap();
+    let p = probe(&m, plat);
+    let clock = p.into_clock().unwrap();
     assert_eq!(clock.source_name(), "kvmclock");
 
     let start = clock.try_now().unwrap();

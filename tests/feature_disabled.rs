@@ -20,7 +20,7 @@ fn disabled_backends_are_rejected_with_the_reason() {
         .pm_timer(0x608, false)
         .pvclock_areas(m.alloc_pvclock_areas(1))
         .self_check(SelfCheck::new().rate_interval(Duration::from_millis(1)));
-    let p = probe(&m, &plat);
+    let p = probe(&m, plat);
     let r = p.report();
     let disabled = [
         (SourceId::Kvmclock, cfg!(feature = "kvmclock")),

@@ -85,19 +85,31 @@ fn a_wrong_stated_rate_is_demoted_by_the_self_check() {
     assert!(tsc.demotion().is_none(), "{}", probed.report().table());
     drop(probed);
 
-    // 5% off: the self-check catches it (two candidates, the estimated TSC
-    // rate loses) and the OS clock is used.
+    // 5% off: the probe's cross-check against CLOCK_MONOTONIC_RAW overrules
+    // it, and the calibrated rate is used (and said so).
     let wrong =
         Frequency::from_ratio(f.numerator() as u128 * 105, f.denominator() as u128 * 100).unwrap();
     let probed = hosted::probe_with_rate(&Policy::new(), Some(wrong));
     let r = *probed.report();
-    match r.get(SourceId::Tsc).unwrap().demotion() {
-        Some(Demotion::RateDisagrees {
-            ppm,
-            against: SourceId::Extra,
-        }) => assert!((-52_000..=-45_000).contains(&ppm), "{ppm}"),
-        v => panic!("{v:?}\n{}", r.table()),
+    let tsc = r.get(SourceId::Tsc).unwrap();
+    assert!(
+        tsc.note
+            .to_string()
+            .starts_with("rate calibrated against monotonic-raw"),
+        "{}",
+        r.table()
+    );
+    let clock = probed.into_clock().unwrap();
+    match clock.tsc().unwrap().rate_check() {
+        clockhal::tsc::RateCheck::Overruled { deviation_ppm, .. } => {
+            assert!(
+                (45_000..=52_000).contains(&deviation_ppm),
+                "{deviation_ppm}"
+            )
+        }
+        c => panic!("{c:?}"),
     }
-    assert_eq!(r.selected_id(), Some(SourceId::Extra));
-    assert_eq!(probed.into_clock().unwrap().source_name(), "monotonic-raw");
+    let errors = measure(|| clock.now().as_nanos());
+    assert!(median(errors.clone()).abs() < 1_000, "{errors:?}");
+    let _ = Demotion::Unsupervised;
 }

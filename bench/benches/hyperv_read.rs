@@ -51,7 +51,7 @@ fn bench(c: &mut Criterion) {
         .page()
         .unwrap_or_else(|| panic!("page refused: {:?}", hv.page_error()));
     let page = page_mem.get();
-    bench_support::report_20ms_sleep("hyperv page", 100, || clock.read_100ns());
+    bench_support::report_20ms_sleep("hyperv page", 1, || clock.read_ns());
     bench_support::tsc_baselines(c, &native);
 
     let mut g = c.benchmark_group("hyperv");
@@ -60,10 +60,10 @@ fn bench(c: &mut Criterion) {
             black_box(read_reference_page(black_box(page), || native.rdtsc_ordered()).unwrap_or(0))
         })
     });
-    g.bench_function("page read", |b| b.iter(|| black_box(clock.read_100ns())));
+    g.bench_function("page read", |b| b.iter(|| black_box(clock.read_ns())));
     g.finish();
 
-    let ratio = bench_support::interleaved_ratio(|| native.rdtsc_ordered(), || clock.read_100ns());
+    let ratio = bench_support::interleaved_ratio(|| native.rdtsc_ordered(), || clock.read_ns());
     eprintln!("interleaved median ratio page read / rdtsc_ordered: {ratio:.3}");
     let s = clock.stats();
     assert_eq!((s.msr_fallbacks, s.held_reads), (0, 0));

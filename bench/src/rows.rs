@@ -183,16 +183,12 @@ fn tsc_row<H: Hardware + 'static>(name: &str, hw: H, tsc_hz: u64) -> Result<Row,
 }
 
 /// The facade's hosted clock on the TSC, rate given the way hosted mode
-/// takes it from the live pvclock page (`HostedTsc::with_rate`).
+/// takes it from the live pvclock page.
 fn facade_row(name: &str, tsc_hz: u64) -> Result<Row, String> {
-    use clockhal::hosted::{Hosted, HostedTsc, RateOrigin};
     let rate = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
-    let hosted = Hosted::with_tsc(
-        HostedTsc::with_rate(rate, RateOrigin::Kvmclock),
-        &Policy::new(),
-    );
-    let hosted: &'static Hosted = Box::leak(Box::new(hosted));
-    let clock = hosted.clock().map_err(|e| format!("{e:?}"))?;
+    let probed = clockhal::hosted::probe_with_rate(&Policy::new(), Some(rate));
+    let clock = probed.into_clock().map_err(|e| e.to_string())?;
+    let clock: &'static clockhal::Clock<_> = Box::leak(Box::new(clock));
     if clock.source_name() != "tsc" {
         return Err(format!("hosted mode chose {}", clock.source_name()));
     }

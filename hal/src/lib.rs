@@ -56,7 +56,9 @@ pub use map::TscMap;
 pub use policy::{Migration, Policy};
 pub use scale::Scale;
 #[cfg(target_has_atomic = "64")]
-pub use slot::{CachedRead, MapSlot, PerCpuSlots, SlotEntry, PER_CPU_SLOTS};
+pub use slot::{
+    CachedRead, MapSlot, PerCpuSlots, SlotEntry, SlotPool, SlotSet, PER_CPU_SLOTS, SLOT_SETS,
+};
 pub use source::{ClockSource, Quality, ReadCost, Stability};
 pub use time::{Duration, DurationOverflow, Instant};
 pub use update::{judge_update, UpdateBounds, UpdateFault, UpdateVerdict};

@@ -1,9 +1,9 @@
 //! Ranking clock sources.
 //!
 //! Order, best first (each rule breaks ties of the previous one):
-//! 1. higher [`Quality`](crate::Quality); sources rated `<= 0` are never
+//! 1. higher [`Quality`]; sources rated `<= 0` are never
 //!    chosen by [`best`];
-//! 2. fewer hypervisor exits per read ([`ReadCost`](crate::ReadCost));
+//! 2. fewer hypervisor exits per read ([`ReadCost`]);
 //! 3. monotonic across CPUs, then migration-safe, then not
 //!    software-extended (each a [`Stability`] flag);
 //! 4. higher frequency (finer resolution);

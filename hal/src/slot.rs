@@ -2,7 +2,7 @@
 //! floor, one cache line per CPU.
 
 use crate::TscMap;
-use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// A reading served from a [`PerCpuSlots`] cache by
 /// [`PerCpuSlots::read_cached`], before any floor is applied.
@@ -291,12 +291,118 @@ impl PerCpuSlots {
             .unwrap_or(0)
     }
 
+    /// Every slot empty and every floor 0 (for a new owner).
+    pub fn reset(&self) {
+        for s in &self.slots {
+            s.invalidate();
+            s.floor.store(0, Ordering::Release);
+        }
+    }
+
     /// Invalidates every slot's entry (floors stay). A slot whose writer is
     /// active is skipped: its writer's entry carries the old epoch anyway.
     pub fn invalidate_all(&self) {
         for s in &self.slots {
             s.invalidate();
         }
+    }
+}
+
+/// How many [`PerCpuSlots`] sets one [`SlotPool`] holds: enough for every
+/// per-CPU user of one probe (kvmclock, the Hyper-V page, the TSC and the
+/// facade's clock) twice over.
+pub const SLOT_SETS: usize = 8;
+
+/// The per-CPU read state of one machine: [`SLOT_SETS`] sets of
+/// [`PerCpuSlots`] (4 KiB each), claimed by the clock objects that read on
+/// every CPU.
+///
+/// Why a pool and not a field: a kernel builds its clock objects on the
+/// boot stack and moves them into a `static`. Per-CPU state held inline
+/// would make each of them several KiB and the probe need well over
+/// 100 KiB of stack; held here (a `static` of the machine, see
+/// `Hardware::slot_pool` in clockhal-x86) the objects stay small.
+///
+/// ```
+/// use clockhal_core::SlotPool;
+/// static POOL: SlotPool = SlotPool::new();
+/// let set = POOL.claim().expect("a free set");
+/// let slots = POOL.get(&set);
+/// assert_eq!(slots.floor_of(0), 0);
+/// let mut set = set;
+/// POOL.release(&mut set);
+/// assert_eq!(POOL.free(), clockhal_core::SLOT_SETS);
+/// ```
+#[derive(Debug)]
+pub struct SlotPool {
+    sets: [PerCpuSlots; SLOT_SETS],
+    claimed: [AtomicBool; SLOT_SETS],
+}
+
+/// A set of a [`SlotPool`] claimed by one owner; give it back with
+/// [`SlotPool::release`] (owners do so when dropped). Not `Clone`: one
+/// owner per set.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SlotSet(u8);
+
+impl SlotSet {
+    const RELEASED: u8 = u8::MAX;
+
+    /// Which set of the pool.
+    pub const fn index(&self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl Default for SlotPool {
+    fn default() -> Self {
+        SlotPool::new()
+    }
+}
+
+impl SlotPool {
+    /// Every set free.
+    pub const fn new() -> SlotPool {
+        SlotPool {
+            sets: [const { PerCpuSlots::new() }; SLOT_SETS],
+            claimed: [const { AtomicBool::new(false) }; SLOT_SETS],
+        }
+    }
+
+    /// Claims a free set, reset (no cached entries, every floor 0), or
+    /// `None` when all [`SLOT_SETS`] are in use.
+    pub fn claim(&self) -> Option<SlotSet> {
+        let i = self.claimed.iter().position(|c| {
+            c.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })?;
+        self.sets[i].reset();
+        Some(SlotSet(i as u8))
+    }
+
+    /// The slots of a claimed set (of this pool: a set of another pool, or
+    /// one released already, names some set of this one — a logic error,
+    /// never a panic).
+    #[inline(always)]
+    pub fn get(&self, set: &SlotSet) -> &PerCpuSlots {
+        &self.sets[set.index() % SLOT_SETS]
+    }
+
+    /// Gives a set back (once: `set` is marked released, a second call does
+    /// nothing). For owners' `Drop`.
+    pub fn release(&self, set: &mut SlotSet) {
+        if let Some(c) = self.claimed.get(set.index()) {
+            c.store(false, Ordering::Release);
+        }
+        set.0 = SlotSet::RELEASED;
+    }
+
+    /// How many sets are free now.
+    pub fn free(&self) -> usize {
+        self.claimed
+            .iter()
+            .filter(|c| !c.load(Ordering::Acquire))
+            .count()
     }
 }
 

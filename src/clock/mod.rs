@@ -11,8 +11,8 @@ pub use watchdog::WatchdogEvent;
 use crate::probe::Backends;
 use crate::{Probed, Report, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::{
-    ClockSource, Duration, Frequency, Instant, MonotonicClamp, PerCpuSlots, Scale, Stability,
-    WatchdogConfig,
+    ClockSource, Duration, Frequency, Instant, MonotonicClamp, PerCpuSlots, Scale, SlotSet,
+    Stability, WatchdogConfig,
 };
 use clockhal_x86::Hardware;
 use core::fmt;
@@ -52,17 +52,39 @@ impl Settings {
     }
 }
 
-/// No candidate is usable: nothing to build a [`Clock`] from. Carries the
-/// probe's [`Report`], which says why each was rejected or demoted.
+/// No [`Clock`] could be built. Carries the probe's [`Report`], which
+/// says why each candidate was rejected or demoted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NoClock {
     /// The probe's report.
     pub report: Report,
+    /// Why.
+    pub reason: NoClockReason,
+}
+
+/// Why [`Probed::into_clock`] gave no clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NoClockReason {
+    /// No candidate is usable (see the report).
+    NothingUsable,
+    /// Every per-CPU state set of the machine's pool is in use
+    /// (`Hardware::slot_pool`; [`SLOT_SETS`](clockhal_core::SLOT_SETS)
+    /// clock objects at a time).
+    NoPerCpuMemory,
 }
 
 impl fmt::Display for NoClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "no usable clock source: {:#}", self.report)
+        match self.reason {
+            NoClockReason::NoPerCpuMemory => write!(
+                f,
+                "no free per-CPU state set in the machine's pool: {:#}",
+                self.report
+            ),
+            _ => write!(f, "no usable clock source: {:#}", self.report),
+        }
     }
 }
 
@@ -152,7 +174,7 @@ pub struct Clock<H: Hardware + Clone> {
     pub(crate) settings: Settings,
     /// The live report (run-time demotions, the current selection).
     pub(crate) report: spin::Mutex<Report>,
-    pub(crate) forced: bool,
+    pub(crate) forced: AtomicBool,
     /// `generation << 8 | current source index`.
     pub(crate) state: AtomicU32,
     /// Per source: clock ns = source ns + offset (wrapping), for TSC-based
@@ -164,7 +186,8 @@ pub struct Clock<H: Hardware + Clone> {
     pub(crate) scales: [Option<Scale>; MAX_CANDIDATES],
     /// Per source: orders its readings across CPUs itself.
     pub(crate) ordered: [bool; MAX_CANDIDATES],
-    pub(crate) slots: PerCpuSlots,
+    /// The clock's per-CPU slots in the machine's pool.
+    pub(crate) slot_set: SlotSet,
     pub(crate) clamp: MonotonicClamp,
     /// Readings above this are checked against a reference first.
     pub(crate) ceiling: AtomicU64,
@@ -189,7 +212,22 @@ impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
     }
 }
 
+impl<H: Hardware + Clone> Drop for Clock<H> {
+    fn drop(&mut self) {
+        self.hw.slot_pool().release(&mut self.slot_set);
+    }
+}
+
 impl<H: Hardware + Clone> Clock<H> {
+    /// The clock's per-CPU slots.
+    #[inline(always)]
+    pub(crate) fn slots(&self) -> &PerCpuSlots {
+        self.hw.slot_pool().get(&self.slot_set)
+    }
+
+    // The error carries the whole report (no allocator to box it); this
+    // runs once per boot.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn build(probed: Probed<H>) -> Result<Clock<H>, crate::NoClock> {
         let Probed {
             backends,
@@ -197,7 +235,11 @@ impl<H: Hardware + Clone> Clock<H> {
             report,
             settings,
         } = probed;
-        let selected = report.selected_id().ok_or(crate::NoClock { report })?;
+        let nothing = |report| crate::NoClock {
+            report,
+            reason: NoClockReason::NothingUsable,
+        };
+        let selected = report.selected_id().ok_or_else(|| nothing(report))?;
         let sources = backends.sources();
         let mut scales = [None; MAX_CANDIDATES];
         let mut ordered = [false; MAX_CANDIDATES];
@@ -208,13 +250,19 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         }
         if scales[selected.index()].is_none() {
-            return Err(crate::NoClock { report });
+            return Err(nothing(report));
         }
+        let Some(slot_set) = hw.slot_pool().claim() else {
+            return Err(crate::NoClock {
+                report,
+                reason: NoClockReason::NoPerCpuMemory,
+            });
+        };
         let clock = Clock {
             backends,
             hw,
             settings,
-            forced: report.is_forced(),
+            forced: AtomicBool::new(report.is_forced()),
             report: spin::Mutex::new(report),
             state: AtomicU32::new(selected.index() as u32),
             offsets: [const { AtomicU64::new(0) }; MAX_CANDIDATES],
@@ -222,7 +270,7 @@ impl<H: Hardware + Clone> Clock<H> {
             base_ns: [const { AtomicU64::new(0) }; MAX_CANDIDATES],
             scales,
             ordered,
-            slots: PerCpuSlots::new(),
+            slot_set,
             clamp: MonotonicClamp::new(),
             ceiling: AtomicU64::new(settings.max_jump.as_nanos()),
             deadline: AtomicU64::new(u64::MAX),
@@ -275,6 +323,12 @@ impl<H: Hardware + Clone> Clock<H> {
         self.backends.source(self.source_id())
     }
 
+    /// The backend of `id`, if the probe constructed it (to read or compare
+    /// sources directly; `now()` is the clock).
+    pub fn source_of(&self, id: SourceId) -> Option<&dyn ClockSource> {
+        self.backends.source(id)
+    }
+
     /// The current source's name (`"kvmclock"`, ...).
     pub fn source_name(&self) -> &'static str {
         self.source().map_or("none", |s| s.name())
@@ -283,6 +337,19 @@ impl<H: Hardware + Clone> Clock<H> {
     /// The current source's exact rate.
     pub fn frequency(&self) -> Option<Frequency> {
         self.scales[self.current_index()].map(|s| s.frequency())
+    }
+
+    /// `ticks` of the current source as a [`Duration`] (exact floor,
+    /// saturating).
+    pub fn ticks_to_duration(&self, ticks: u64) -> Duration {
+        Duration::from_nanos(
+            self.scales[self.current_index()].map_or(0, |s| s.ticks_to_ns_exact(ticks)),
+        )
+    }
+
+    /// `d` in ticks of the current source (exact floor, saturating).
+    pub fn duration_to_ticks(&self, d: Duration) -> u64 {
+        self.scales[self.current_index()].map_or(0, |s| s.ns_to_ticks_exact(d.as_nanos()))
     }
 
     /// How many times the clock switched source (or rebased) at run time.
@@ -295,14 +362,14 @@ impl<H: Hardware + Clone> Clock<H> {
     /// lock: not for interrupt handlers (the read path never locks).
     pub fn report(&self) -> Report {
         let mut r = *self.report.lock();
-        r.set_selected(Some(self.source_id()), self.forced);
+        r.set_selected(Some(self.source_id()), self.forced.load(Ordering::Relaxed));
         r
     }
 
     /// The largest value any CPU's floor holds: an upper bound of every
     /// instant returned so far.
     pub(crate) fn high_water(&self) -> u64 {
-        self.slots.max_floor().max(self.clamp.last())
+        self.slots().max_floor().max(self.clamp.last())
     }
 
     /// Makes `id` current with its timeline starting at `start` ns: its
@@ -457,6 +524,35 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         });
         first
+    }
+
+    /// Makes `id` the current source whatever its rating or verdict (for
+    /// experiments and comparisons, like [`Policy::force`](crate::Policy::force)
+    /// at run time), continuing the timeline above every instant returned
+    /// so far. The watchdog still checks it but never switches away; a
+    /// supervised TSC stays even without ticks. `Err` if that source was
+    /// not constructed.
+    pub fn force(&self, id: SourceId) -> Result<(), crate::Rejection> {
+        if self.scales[id.index()].is_none() || self.backends.source(id).is_none() {
+            return Err(crate::Rejection::NotConfigured("source not constructed"));
+        }
+        let _st = self.watchdog.lock();
+        self.forced.store(true, Ordering::Release);
+        let start = self
+            .now_ns()
+            .max(self.high_water())
+            .saturating_add(SWITCH_MARGIN_NS);
+        self.start_source(id, start);
+        self.deadline.store(u64::MAX, Ordering::Release);
+        self.switches.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Back to automatic selection after [`force`](Self::force) (or a
+    /// forced policy): switches to the best eligible source.
+    pub fn unforce(&self) {
+        self.forced.store(false, Ordering::Release);
+        self.reselect();
     }
 
     /// Asks the next [`watchdog_tick`](Self::watchdog_tick) to restart its

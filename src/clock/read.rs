@@ -74,7 +74,7 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         };
         match self
-            .slots
+            .slots()
             .read_cached(cpu, st << 1, tag, || self.hw.rdtsc_ordered())
         {
             Some(r) => self.raise(cpu, r.ordered, r.ns),
@@ -87,7 +87,7 @@ impl<H: Hardware + Clone> Clock<H> {
     #[inline(always)]
     pub(crate) fn raise(&self, cpu: usize, ordered: bool, ns: u64) -> u64 {
         let v = if ordered { ns } else { self.clamp.clamp(ns) };
-        self.slots
+        self.slots()
             .raise(cpu, v, |cell, v| self.hw.fetch_max_local(cell, v))
     }
 
@@ -102,7 +102,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 let v = map.apply(now.tsc);
                 if !now.ordered {
                     // Leaving the source's own order for the clamp's.
-                    self.clamp.clamp(self.slots.max_floor());
+                    self.clamp.clamp(self.slots().max_floor());
                 }
                 if !self.plausible(v) {
                     return self.hold(cpu);
@@ -113,7 +113,7 @@ impl<H: Hardware + Clone> Clock<H> {
                     .min(self.deadline.load(Acquire));
                 if self.state.load(Acquire) == st {
                     let ordered_bit = if now.ordered { SlotEntry::ORDERED } else { 0 };
-                    self.slots.get(cpu).0.store(&SlotEntry {
+                    self.slots().get(cpu).0.store(&SlotEntry {
                         tag: now.tag,
                         epoch: (st << 1) | ordered_bit,
                         map,

@@ -452,7 +452,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// forced or nothing else is eligible (then it stays).
     fn demote_and_switch(&self, id: SourceId, reason: Demotion) -> Option<SourceId> {
         self.demote(id, reason);
-        if self.forced {
+        if self.forced.load(Ordering::Acquire) {
             return None;
         }
         let report: Report = *self.report.lock();
@@ -479,7 +479,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// eligible source is not the current one.
     pub(crate) fn reselect(&self) {
         let _st = self.watchdog.lock();
-        if self.forced {
+        if self.forced.load(Ordering::Acquire) {
             return;
         }
         let report: Report = *self.report.lock();

@@ -453,6 +453,9 @@ impl<H: Hardware + Clone> Probed<H> {
     /// the machine's clock hardware). Keep it in a `static` (e.g. a
     /// `spin::Once`) and share it with every CPU; see the crate docs for
     /// the lifecycle. `Err` carries the report when nothing is usable.
+    // The error carries the whole report (no allocator to box it); this
+    // runs once per boot.
+    #[allow(clippy::result_large_err)]
     pub fn into_clock(self) -> Result<crate::Clock<H>, crate::NoClock> {
         crate::Clock::build(self)
     }

@@ -71,9 +71,15 @@ impl ClockSource for OsClock {
 /// leaves: a process cannot use a hypervisor's MSRs, so no backend tries),
 /// MSRs reading 0, no ports or MMIO (all ones), and the calling thread as
 /// "the CPU" (see the module docs).
+///
+/// A process registers nothing with a hypervisor, so probes do not
+/// exclude each other: every `HostedHw::new()` has a lease of its own.
 #[derive(Clone, Copy, Debug)]
 pub struct HostedHw {
     native: Native,
+    lease: &'static AtomicBool,
+    /// Per-instance, like the lease (leaked: a few instances per process).
+    pool: &'static clockhal_core::SlotPool,
 }
 
 impl Default for HostedHw {
@@ -87,6 +93,10 @@ impl HostedHw {
     pub fn new() -> HostedHw {
         HostedHw {
             native: Native::hosted(),
+            // One flag per hosted machine (a few bytes per probe, for the
+            // life of the process).
+            lease: Box::leak(Box::new(AtomicBool::new(false))),
+            pool: Box::leak(Box::new(clockhal_core::SlotPool::new())),
         }
     }
 }
@@ -138,8 +148,6 @@ std::thread_local! {
 fn thread_slot() -> usize {
     SLOT.try_with(|s| s.0).unwrap_or(PER_CPU_SLOTS - 1)
 }
-
-static LEASE: AtomicBool = AtomicBool::new(false);
 
 impl Hardware for HostedHw {
     #[inline(always)]
@@ -208,6 +216,10 @@ impl Hardware for HostedHw {
         }
     }
     fn clock_lease(&self) -> &AtomicBool {
-        &LEASE
+        self.lease
+    }
+    #[inline(always)]
+    fn slot_pool(&self) -> &clockhal_core::SlotPool {
+        self.pool
     }
 }

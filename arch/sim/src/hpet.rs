@@ -62,6 +62,10 @@ pub struct Hpet {
     /// Machine ns when it was last enabled.
     enabled_at_ns: u64,
     config_reg: u64,
+    /// Run-time fault: rate error in ppm since `enabled_at_ns`.
+    rate_error_ppm: i64,
+    /// Run-time fault: the counter stopped.
+    stopped: bool,
 }
 
 impl Hpet {
@@ -76,7 +80,36 @@ impl Hpet {
             enabled_at_ns: 0,
             config_reg,
             config,
+            rate_error_ppm: 0,
+            stopped: false,
         }
+    }
+
+    /// Run-time fault: from now on the counter runs `ppm` parts per million
+    /// fast (negative: slow).
+    pub fn set_rate_error_ppm(&mut self, ctx: &SimCtx<'_>, ppm: i64) {
+        self.rebase(ctx);
+        self.rate_error_ppm = ppm;
+    }
+
+    /// Run-time fault: the counter stops (`true`) or runs again from where
+    /// it stopped.
+    pub fn set_stopped(&mut self, ctx: &SimCtx<'_>, stopped: bool) {
+        self.rebase(ctx);
+        self.stopped = stopped;
+    }
+
+    /// Run-time fault: the counter jumps by `ticks` (wrapping; a "negative"
+    /// jump steps it back).
+    pub fn jump(&mut self, ctx: &SimCtx<'_>, ticks: u64) {
+        self.rebase(ctx);
+        self.counter_base = self.counter_base.wrapping_add(ticks);
+    }
+
+    /// Freezes the elapsed count into `counter_base` (before a change).
+    fn rebase(&mut self, ctx: &SimCtx<'_>) {
+        self.counter_base = self.counter(ctx);
+        self.enabled_at_ns = ctx.now_ns;
     }
 
     /// The general configuration register's current value.
@@ -91,11 +124,12 @@ impl Hpet {
 
     /// Main counter value now (full 64-bit internal value).
     pub fn counter(&self, ctx: &SimCtx<'_>) -> u64 {
-        if !self.enabled || self.config.stuck {
+        if !self.enabled || self.config.stuck || self.stopped {
             return self.counter_base;
         }
-        let ticks = (ctx.now_ns.saturating_sub(self.enabled_at_ns) as u128 * 1_000_000
-            / self.config.period_fs.max(1) as u128) as u64;
+        let ns = ctx.now_ns.saturating_sub(self.enabled_at_ns) as i128;
+        let ns = (ns + ns * self.rate_error_ppm as i128 / 1_000_000).max(0) as u128;
+        let ticks = (ns * 1_000_000 / self.config.period_fs.max(1) as u128) as u64;
         let v = self.counter_base.wrapping_add(ticks);
         if self.config.counter_64bit {
             v

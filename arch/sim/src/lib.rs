@@ -373,6 +373,8 @@ pub struct SimMachine {
     rdtsc_hook: RdtscHookSlot,
     /// One owner of the clock hardware at a time (`Hardware::clock_lease`).
     lease: AtomicBool,
+    /// This machine's per-CPU clock memory (`Hardware::slot_pool`).
+    pool: Box<clockhal_core::SlotPool>,
 }
 
 /// A test's code that runs right after a `rdtsc` (see
@@ -428,6 +430,7 @@ impl SimMachine {
             counters: Counters::default(),
             rdtsc_hook: RdtscHookSlot::default(),
             lease: AtomicBool::new(false),
+            pool: Box::new(clockhal_core::SlotPool::new()),
         }
     }
 
@@ -969,6 +972,10 @@ impl Hardware for SimMachine {
 
     fn clock_lease(&self) -> &AtomicBool {
         &self.lease
+    }
+
+    fn slot_pool(&self) -> &clockhal_core::SlotPool {
+        &self.pool
     }
 }
 

@@ -91,6 +91,10 @@ impl Hardware for RealTsc {
     fn clock_lease(&self) -> &core::sync::atomic::AtomicBool {
         self.sim.clock_lease()
     }
+    #[inline(always)]
+    fn slot_pool(&self) -> &clockhal_core::SlotPool {
+        self.sim.slot_pool()
+    }
     /// The bench reads from one pinned thread: the per-CPU slot is its own.
     #[inline(always)]
     fn fetch_max_local(&self, cell: &core::sync::atomic::AtomicU64, value: u64) -> u64 {

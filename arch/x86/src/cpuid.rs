@@ -63,7 +63,7 @@ pub fn hypervisor_present<H: Hardware>(hw: &H) -> bool {
 
 /// The calling CPU's APIC ID: the x2APIC ID from leaf 0xB when the basic
 /// range reaches it and the leaf is implemented (non-zero EBX), else the
-/// initial APIC ID, CPUID.1:EBX[31:24]. It tells CPUs apart where the OS's
+/// initial APIC ID, CPUID.1:EBX bits 31:24. It tells CPUs apart where the OS's
 /// CPU index cannot be trusted (two CPUs reporting the same index).
 pub fn apic_id<H: Hardware>(hw: &H) -> u32 {
     let max = hw.cpuid(0, 0).eax;

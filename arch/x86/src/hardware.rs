@@ -1,5 +1,6 @@
 //! The hardware-access trait every backend is generic over.
 
+use clockhal_core::SlotPool;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -252,6 +253,17 @@ pub trait Hardware: Sync {
         static LEASE: AtomicBool = AtomicBool::new(false);
         &LEASE
     }
+    /// Where the clock objects of this machine keep their per-CPU read
+    /// state (floors and cached maps, one cache line per CPU each). Like
+    /// [`clock_lease`](Self::clock_lease): the default is one pool for the
+    /// whole program, right for every real machine (a `static`, so the
+    /// clock objects stay small and a kernel's boot stack need not hold
+    /// them); a simulator has one per simulated machine.
+    #[inline(always)]
+    fn slot_pool(&self) -> &SlotPool {
+        static POOL: SlotPool = SlotPool::new();
+        &POOL
+    }
     /// Whether this is a simulated machine, which accepts simulated memory
     /// and MMIO regions ([`PhysMapped::simulated`](crate::paravirt::PhysMapped::simulated),
     /// [`MmioRegion::simulated`]). Real hardware returns `false` (the
@@ -339,6 +351,10 @@ impl<T: Hardware + ?Sized> Hardware for &T {
     #[inline(always)]
     fn clock_lease(&self) -> &AtomicBool {
         (**self).clock_lease()
+    }
+    #[inline(always)]
+    fn slot_pool(&self) -> &SlotPool {
+        (**self).slot_pool()
     }
 }
 

@@ -35,6 +35,8 @@ const FENCE_RDTSCP: u8 = 2;
 #[derive(Clone, Copy, Debug)]
 pub struct Native {
     cpu: CpuIndex,
+    /// A user-space token: MSRs and ports are never touched.
+    user: bool,
 }
 
 /// How [`Native`] learns the calling CPU.
@@ -82,6 +84,7 @@ impl Native {
     pub unsafe fn new() -> Native {
         let n = Native {
             cpu: CpuIndex::Unknown,
+            user: false,
         };
         let v = n.cpuid(0, 0);
         // "AuthenticAMD" / "HygonGenuine": EBX starts "Auth" / "Hygo".
@@ -99,16 +102,19 @@ impl Native {
 
     /// The token for a hosted (user-space) process: std only.
     ///
-    /// Sound without `unsafe` because in user space the CPU itself enforces
-    /// privilege: `rdtsc`, `rdtscp` and `cpuid` work (unless the OS set
-    /// CR4.TSD), while `rdmsr`, `wrmsr` and `in` raise #GP, which the OS
-    /// turns into a signal that ends the process — a crash, never undefined
-    /// behaviour. MMIO needs an [`MmioRegion`], whose constructor is unsafe.
+    /// `rdtsc`, `rdtscp` and `cpuid` run for real (unless the OS set
+    /// CR4.TSD); MSRs are never touched — `rdmsr` returns 0, `try_rdmsr`
+    /// `None` (so a CPUID-promised MSR reads as absent), `wrmsr` is
+    /// ignored — and neither are ports (all ones, writes ignored): in user
+    /// space those instructions would only raise #GP. Sound without
+    /// `unsafe`; MMIO needs an [`MmioRegion`], whose constructor is unsafe.
     #[cfg(feature = "std")]
     pub fn hosted() -> Native {
-        // SAFETY: user space cannot break CPL0 invariants (see above); the
-        // constructor's only other effect is choosing the fence.
-        unsafe { Native::new() }
+        // SAFETY: user space cannot break CPL0 invariants, and this token
+        // executes no privileged instruction (`user`); the constructor's
+        // only other effect is choosing the fence.
+        let n = unsafe { Native::new() };
+        Native { user: true, ..n }
     }
 
     /// The same token for an OS that runs on one CPU (or keeps clockhal to
@@ -116,6 +122,7 @@ impl Native {
     pub const fn single_cpu(self) -> Native {
         Native {
             cpu: CpuIndex::Single,
+            ..self
         }
     }
 
@@ -128,6 +135,7 @@ impl Native {
     pub const fn with_cpu_index(self, f: fn() -> usize) -> Native {
         Native {
             cpu: CpuIndex::Fn(f),
+            ..self
         }
     }
 
@@ -198,31 +206,51 @@ impl Hardware for Native {
 
     #[inline]
     fn rdmsr(&self, msr: Msr) -> u64 {
+        if self.user {
+            return 0;
+        }
         // SAFETY: CPL0 (`Native::new`); reading clock MSRs has no side
         // effects; an absent MSR raises #GP, which the OS handles or dies on
         // (callers gate on CPUID).
         unsafe { x86::msr::rdmsr(msr.number()) }
     }
 
+    fn recovers_msr_faults(&self) -> bool {
+        // In user space every MSR is absent, and `try_rdmsr` says so.
+        self.user
+    }
+
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
+        if self.user {
+            return;
+        }
         // SAFETY: CPL0 (`Native::new`); the caller upholds the value's contract.
         unsafe { x86::msr::wrmsr(msr.number(), value) }
     }
 
     #[inline(always)]
     fn inb(&self, port: u16) -> u8 {
+        if self.user {
+            return u8::MAX;
+        }
         // SAFETY: CPL0, and `Native::new`'s contract lets clockhal read the
         // ports the OS or firmware named (PIT counters, CMOS data).
         unsafe { x86::io::inb(port) }
     }
 
     unsafe fn outb(&self, port: u16, value: u8) {
+        if self.user {
+            return;
+        }
         // SAFETY: CPL0 (`Native::new`); the caller upholds `outb`'s contract.
         unsafe { x86::io::outb(port, value) }
     }
 
     #[inline(always)]
     fn inl(&self, port: u16) -> u32 {
+        if self.user {
+            return u32::MAX;
+        }
         // SAFETY: CPL0, and `Native::new`'s contract lets clockhal read the
         // ports the OS or firmware named; reading the PM timer has no effects.
         unsafe { x86::io::inl(port) }

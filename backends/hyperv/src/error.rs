@@ -73,6 +73,10 @@ pub enum PageError {
     /// The sequence kept changing for
     /// [`MAX_READ_ATTEMPTS`](crate::MAX_READ_ATTEMPTS) samples.
     Busy,
+    /// Every per-CPU state set of this machine's pool is in use
+    /// (`Hardware::slot_pool`; [`SLOT_SETS`](clockhal_core::SLOT_SETS)
+    /// clock objects at a time).
+    NoPerCpuMemory,
 }
 
 impl fmt::Display for PageError {
@@ -80,6 +84,9 @@ impl fmt::Display for PageError {
         match self {
             PageError::NotOffered => f.write_str("reference TSC page not offered"),
             PageError::NoMemory => f.write_str("no page given"),
+            PageError::NoPerCpuMemory => {
+                f.write_str("no free per-CPU state set in the machine's pool")
+            }
             PageError::Refused(e) => write!(f, "page refused: {e}"),
             PageError::NoGuestOsId => f.write_str("guest OS ID is 0 and clockhal may not set one"),
             PageError::Invalid => f.write_str("page invalid (sequence 0)"),

@@ -30,28 +30,39 @@
 //! [`Hyperv::probe`] needs the hypervisor bit, the "Microsoft Hv" signature,
 //! the "Hv#1" interface and at least one of TIME_REF_COUNT (CPUID 0x40000003
 //! EAX bit 1) and the reference TSC page (bit 9). It writes the guest OS
-//! identity only if the MSR reads 0 ([`DEFAULT_GUEST_OS_ID`] unless the OS
-//! passes its own). The page is enabled at the OS's page with the TLFS's
-//! reserved bits preserved, then checked (valid sequence, non-zero scale,
-//! agreement with TIME_REF_COUNT within [`PAGE_TOLERANCE`]); a page that is
-//! not offered, not given or fails the check is disabled and reported by
-//! [`Hyperv::page_error`], leaving the MSR clock (**MSR-only mode**).
+//! identity only if the MSR reads 0 *and* the OS passed one
+//! ([`HypervConfig::with_guest_os_id`], e.g. [`DEFAULT_GUEST_OS_ID`]): the
+//! identity is the OS's to declare, and the TLFS forbids enabling the page
+//! before it is set ([`PageError::NoGuestOsId`]). Every MSR CPUID promises
+//! is read with a #GP-recovering read where the OS offers one
+//! ([`HypervError::MsrFault`]). The page is enabled at the OS's page with
+//! the TLFS's reserved bits preserved, then checked (valid sequence,
+//! non-zero scale, agreement with TIME_REF_COUNT within
+//! [`PAGE_TOLERANCE`]); a page that is not offered, not given or fails the
+//! check is disabled and reported by [`Hyperv::page_error`], leaving the
+//! MSR clock (**MSR-only mode**).
 //!
 //! ## Reading the page
-//! Sequence loaded with Acquire; 0 (or the old `0xFFFFFFFF`) means invalid —
-//! that read comes from TIME_REF_COUNT, exactly one exit; otherwise scale,
-//! offset and an ordered `rdtsc`, then the sequence again: a change retries,
-//! at most [`MAX_READ_ATTEMPTS`] times, then the read falls back to the MSR.
-//! Without TIME_REF_COUNT a fallback returns the held value instead
-//! (counted in [`PageStats::held_reads`]). Hostile scales and offsets give
-//! defined values (64.64 math in 128 bits, wrapping offset): no panic.
+//! Reads run in nanoseconds (the page's 100 ns units, interpolated by the
+//! TSC). Each CPU caches the *validated map* of the page (sequence, TSC to
+//! ns, its floor) in its own cache line; the fast path loads the sequence
+//! (Acquire), reads the TSC ordered, applies the map and re-checks the
+//! sequence. Every host update of scale or offset is judged once
+//! ([`clockhal_core::judge_update`]): an implausible one (scale 0, a rate
+//! far off the previous) is rejected and the previous map stays in use, a
+//! discontinuous one is reanchored onto the previous timeline; both count
+//! in [`PageStats`] and against the source in the facade's watchdog. A
+//! cached map is re-validated at least every [`REVALIDATE_NS`].
 //!
-//! Page and MSR readings share one never-backwards guard
-//! ([`MonotonicGuard`](clockhal_core::MonotonicGuard)): page reads
-//! only load it (no shared write but a high-water mark every
-//! [`GUARD_SLACK`] units), MSR reads clamp. A switch from page to MSR may
-//! step time forward by up to [`GUARD_SLACK`] (4.1 us), never backwards; a
-//! page that jumps back by more than that is repaired the same way.
+//! Sequence 0 (or the old `0xFFFFFFFF`) means invalid: that read comes from
+//! TIME_REF_COUNT, exactly one exit; a sequence that keeps changing for
+//! [`MAX_READ_ATTEMPTS`] samples falls back the same way. Without
+//! TIME_REF_COUNT a fallback returns the held value instead (counted in
+//! [`PageStats::held_reads`]). Readings never go below the CPU's floor;
+//! across CPUs they are ordered by the hypervisor's promise, or by a
+//! global clamp after [`HypervPageClock::distrust_order`] (the OS's warp
+//! test found the TSCs out of step). A switch between page and MSR steps
+//! forward, never back.
 //!
 //! ## Ratings
 //! "hyperv-page" **450** ([`PAGE_RATING`], no exit, migration-safe) and

@@ -3,7 +3,7 @@
 use crate::{HypervMsrClock, PageError};
 use clockhal_core::{
     judge_update, ClockSource, Frequency, MapSlot, MonotonicClamp, PerCpuSlots, Quality, ReadCost,
-    SlotEntry, Stability, TscMap, UpdateBounds, UpdateVerdict,
+    SlotEntry, SlotSet, Stability, TscMap, UpdateBounds, UpdateVerdict,
 };
 use clockhal_x86::paravirt::{
     hv_disable_reference_tsc, hv_scale_tsc, hv_sequence_valid, HvReferenceTscPage, PhysMapped,
@@ -192,7 +192,8 @@ pub struct HypervPageClock<H: Hardware> {
     msr_fallback: bool,
     probe_map: TscMap,
     bounds: UpdateBounds,
-    slots: PerCpuSlots,
+    /// This clock's per-CPU slots in the machine's pool.
+    slot_set: SlotSet,
     accepted: MapSlot,
     clamp: MonotonicClamp,
     ordered: AtomicBool,
@@ -203,14 +204,18 @@ pub struct HypervPageClock<H: Hardware> {
 impl<H: Hardware> HypervPageClock<H> {
     /// A clock over an enabled, checked page whose first map is
     /// `probe_map`. `msr_fallback`: whether TIME_REF_COUNT may be read when
-    /// the page is invalid.
+    /// the page is invalid. `Err` (the MSR clock back) when the machine's
+    /// pool has no free per-CPU set.
     pub(crate) fn new(
         msr: HypervMsrClock<H>,
         page: PhysMapped<HvReferenceTscPage>,
         msr_fallback: bool,
         probe_map: TscMap,
         bounds: UpdateBounds,
-    ) -> Self {
+    ) -> Result<Self, HypervMsrClock<H>> {
+        let Some(slot_set) = msr.hw.slot_pool().claim() else {
+            return Err(msr);
+        };
         let accepted = MapSlot::new();
         accepted.store(&SlotEntry {
             tag: page.get().sequence.load(Relaxed),
@@ -218,19 +223,25 @@ impl<H: Hardware> HypervPageClock<H> {
             map: probe_map,
             limit: 0,
         });
-        HypervPageClock {
+        Ok(HypervPageClock {
             msr,
             page,
             msr_fallback,
             probe_map,
             bounds,
-            slots: PerCpuSlots::new(),
+            slot_set,
             accepted,
             clamp: MonotonicClamp::new(),
             ordered: AtomicBool::new(true),
             epoch: AtomicU32::new(2),
             counters: Counters::default(),
-        }
+        })
+    }
+
+    /// This clock's per-CPU slots.
+    #[inline(always)]
+    fn slots(&self) -> &PerCpuSlots {
+        self.msr.hw.slot_pool().get(&self.slot_set)
     }
 
     /// Reference time in nanoseconds (see the type docs). Bounded.
@@ -241,7 +252,7 @@ impl<H: Hardware> HypervPageClock<H> {
         let sequence = || Some(page.sequence.load(Relaxed));
         let epoch = self.epoch.load(Relaxed);
         match self
-            .slots
+            .slots()
             .read_cached(cpu, epoch, sequence, || self.msr.hw.rdtsc_ordered())
         {
             Some(r) => self.floor(cpu, r.ordered, r.ns),
@@ -252,7 +263,7 @@ impl<H: Hardware> HypervPageClock<H> {
     #[inline(always)]
     fn floor(&self, cpu: usize, ordered: bool, ns: u64) -> u64 {
         let v = if ordered { ns } else { self.clamp.clamp(ns) };
-        self.slots
+        self.slots()
             .raise(cpu, v, |cell, v| self.msr.hw.fetch_max_local(cell, v))
     }
 
@@ -267,7 +278,7 @@ impl<H: Hardware> HypervPageClock<H> {
             }
             Err(_) => {
                 self.counters.held.fetch_add(1, Relaxed);
-                self.floor(cpu, true, self.clamp.last().max(self.slots.max_floor()))
+                self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor()))
             }
         }
     }
@@ -278,7 +289,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// `Err` while the page is invalid, stuck mid-update or never had
     /// plausible parameters.
     pub fn page_map(&self, cpu: usize) -> Result<PageMap, PageError> {
-        let (slot, _) = self.slots.get(cpu);
+        let (slot, _) = self.slots().get(cpu);
         let epoch = self.epoch.load(Acquire);
         let cached = slot
             .load()
@@ -316,7 +327,7 @@ impl<H: Hardware> HypervPageClock<H> {
         };
         let ordered = self.ordered.load(Relaxed);
         if !ordered {
-            self.clamp.clamp(self.slots.max_floor());
+            self.clamp.clamp(self.slots().max_floor());
         }
         slot.store(&SlotEntry {
             tag: s.sequence,
@@ -370,7 +381,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// now on, starting above every value returned so far.
     pub fn distrust_order(&self) {
         if self.ordered.swap(false, AcqRel) {
-            self.clamp.clamp(self.slots.max_floor());
+            self.clamp.clamp(self.slots().max_floor());
             self.epoch.fetch_add(2, AcqRel);
         }
     }
@@ -380,7 +391,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// old one; a `Clock` on top rebases its own timeline).
     pub fn reset_monotonic(&self) {
         self.epoch.fetch_add(2, AcqRel);
-        for s in self.slots.iter() {
+        for s in self.slots().iter() {
             s.floor().store(0, Relaxed);
         }
         self.clamp.reset();
@@ -417,6 +428,7 @@ impl<H: Hardware> HypervPageClock<H> {
 impl<H: Hardware> Drop for HypervPageClock<H> {
     fn drop(&mut self) {
         hv_disable_reference_tsc(&self.msr.hw);
+        self.msr.hw.slot_pool().release(&mut self.slot_set);
     }
 }
 

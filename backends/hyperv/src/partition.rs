@@ -167,16 +167,18 @@ impl<H: Hardware> Hyperv<H> {
             (true, Some(page)) => enable_page(&msr.hw, page, time_ref_count).map(|m| (page, m)),
         };
         let (clocks, page_error) = match page {
-            Ok((page, probe_map)) => (
-                Clocks::Page(HypervPageClock::new(
-                    msr,
-                    page,
-                    time_ref_count,
-                    probe_map,
-                    config.bounds,
-                )),
-                None,
-            ),
+            Ok((page, probe_map)) => {
+                match HypervPageClock::new(msr, page, time_ref_count, probe_map, config.bounds) {
+                    Ok(clock) => (Clocks::Page(clock), None),
+                    Err(msr) => {
+                        hv_disable_reference_tsc(&msr.hw);
+                        if !time_ref_count {
+                            return Err(HypervError::Page(PageError::NoPerCpuMemory));
+                        }
+                        (Clocks::MsrOnly(msr), Some(PageError::NoPerCpuMemory))
+                    }
+                }
+            }
             Err(e) if time_ref_count => (Clocks::MsrOnly(msr), Some(e)),
             Err(e) => return Err(HypervError::Page(e)),
         };

@@ -4,7 +4,7 @@ use crate::registry::{Registry, MAX_CPUS};
 use crate::{area::Sample, KvmclockError, WallClock};
 use clockhal_core::{
     judge_update, ClockSource, Frequency, MapSlot, MonotonicClamp, PerCpuSlots, Policy, Quality,
-    ReadCost, SlotEntry, Stability, TscMap, UpdateBounds, UpdateFault, UpdateVerdict,
+    ReadCost, SlotEntry, SlotSet, Stability, TscMap, UpdateBounds, UpdateFault, UpdateVerdict,
 };
 use clockhal_x86::cpuid::{self, KvmFeatures};
 use clockhal_x86::paravirt::{
@@ -183,7 +183,8 @@ pub struct Kvmclock<H: Hardware> {
     probe_map: TscMap,
     bounds: UpdateBounds,
     registry: Registry,
-    slots: PerCpuSlots,
+    /// This clock's per-CPU slots in the machine's pool.
+    slot_set: SlotSet,
     /// The last parameters any CPU accepted (a CPU's first update is
     /// judged against them).
     accepted: MapSlot,
@@ -242,6 +243,11 @@ impl<H: Hardware> Kvmclock<H> {
             first.system_time,
         )
         .ok_or(KvmclockError::NotWritten)?;
+        let Some(slot_set) = hw.slot_pool().claim() else {
+            registry.release(cpu, apic);
+            let _ = kvm_unregister_system_time(&hw, msrs.system_time);
+            return Err(KvmclockError::NoPerCpuMemory);
+        };
         let stable_permitted = features.contains(KvmFeatures::CLOCKSOURCE_STABLE_BIT);
         let accepted = MapSlot::new();
         accepted.store(&SlotEntry {
@@ -261,7 +267,7 @@ impl<H: Hardware> Kvmclock<H> {
             probe_map,
             bounds: config.bounds,
             registry,
-            slots: PerCpuSlots::new(),
+            slot_set,
             accepted,
             clamp: MonotonicClamp::new(),
             epoch: AtomicU32::new(2),
@@ -297,7 +303,7 @@ impl<H: Hardware> Kvmclock<H> {
             self.registry.release(cpu, apic);
             return Err(e);
         }
-        self.slots.get(cpu).0.invalidate();
+        self.slots().get(cpu).0.invalidate();
         self.check_stable_agreement();
         Ok(())
     }
@@ -311,7 +317,7 @@ impl<H: Hardware> Kvmclock<H> {
             // `WrongMsr` cannot happen: `msrs.system_time` is a system-time MSR.
             let _ = kvm_unregister_system_time(&self.hw, self.msrs.system_time);
         }
-        self.slots.get(cpu).0.invalidate();
+        self.slots().get(cpu).0.invalidate();
     }
 
     /// Unregisters the calling CPU's area and drops the clock (same as
@@ -331,7 +337,7 @@ impl<H: Hardware> Kvmclock<H> {
         let cpu = self.hw.cpu_index();
         let apic = cpuid::apic_id(&self.hw);
         self.registry.release(cpu, apic);
-        let (slot, _) = self.slots.get(cpu);
+        let (slot, _) = self.slots().get(cpu);
         slot.invalidate();
         slot.floor().store(0, Release);
         if cpu == self.boot_cpu {
@@ -362,7 +368,7 @@ impl<H: Hardware> Kvmclock<H> {
             }
         };
         match self
-            .slots
+            .slots()
             .read_cached(cpu, epoch, version, || self.hw.rdtsc_ordered())
         {
             Some(r) => self.floor(cpu, r.ordered, r.ns),
@@ -370,11 +376,17 @@ impl<H: Hardware> Kvmclock<H> {
         }
     }
 
+    /// This clock's per-CPU slots.
+    #[inline(always)]
+    fn slots(&self) -> &PerCpuSlots {
+        self.hw.slot_pool().get(&self.slot_set)
+    }
+
     /// Raises the value to the floors that apply to it.
     #[inline(always)]
     fn floor(&self, cpu: usize, ordered: bool, ns: u64) -> u64 {
         let v = if ordered { ns } else { self.clamp.clamp(ns) };
-        self.slots
+        self.slots()
             .raise(cpu, v, |cell, v| self.hw.fetch_max_local(cell, v))
     }
 
@@ -383,7 +395,7 @@ impl<H: Hardware> Kvmclock<H> {
         match self.area_map(cpu) {
             Ok(m) => self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
             // Nothing fresh: not earlier than anything any CPU returned.
-            Err(_) => self.floor(cpu, true, self.clamp.last().max(self.slots.max_floor())),
+            Err(_) => self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor())),
         }
     }
 
@@ -401,7 +413,7 @@ impl<H: Hardware> Kvmclock<H> {
         if !self.registry.is_registered(cpu) {
             return miss(&self.counters.unregistered, ReadMiss::Unregistered);
         }
-        let (slot, _) = self.slots.get(cpu);
+        let (slot, _) = self.slots().get(cpu);
         let epoch = self.epoch.load(Acquire);
         let cached = slot
             .load()
@@ -428,14 +440,29 @@ impl<H: Hardware> Kvmclock<H> {
         if s.flags & PVCLOCK_GUEST_STOPPED != 0 {
             self.acknowledge_guest_stopped(cpu);
         }
+        let ordered = self.stable_permitted
+            && s.flags & PVCLOCK_TSC_STABLE_BIT != 0
+            && self.stable_trusted.load(Relaxed);
         let map = match cached {
             Some(e) if e.tag == s.version => e.map,
             _ => {
                 // Judged against this CPU's last map, else the last one any
-                // CPU accepted: a CPU's first update is no blank cheque.
-                let last = cached.map(|e| e.map).or_else(|| self.last_accepted());
+                // CPU accepted — but only while the host promises one TSC
+                // timeline for all vCPUs and the areas agree (trusted
+                // stable bit): with per-vCPU TSC offsets another CPU's map
+                // says nothing about this CPU's TSC. Then a CPU's first
+                // update is judged for plausibility alone, and the facade's
+                // jump check (an independent reference) stands behind it.
+                let last = cached.map(|e| e.map).or_else(|| {
+                    if ordered {
+                        self.last_accepted()
+                    } else {
+                        None
+                    }
+                });
                 let new = TscMap::pvclock(s.mul, s.shift, s.tsc_timestamp, s.system_time);
                 let v = judge_update(last.as_ref(), new, s.tsc, &self.probe_map, &self.bounds);
+
                 match v {
                     UpdateVerdict::Accept(m) => {
                         self.accept(s.version, m);
@@ -456,13 +483,10 @@ impl<H: Hardware> Kvmclock<H> {
                 }
             }
         };
-        let ordered = self.stable_permitted
-            && s.flags & PVCLOCK_TSC_STABLE_BIT != 0
-            && self.stable_trusted.load(Relaxed);
         if !ordered {
             // Readings leave the host's order for the clamp's: it starts
             // above everything any CPU returned in order.
-            self.clamp.clamp(self.slots.max_floor());
+            self.clamp.clamp(self.slots().max_floor());
         }
         let now = map.apply(s.tsc);
         slot.store(&SlotEntry {
@@ -552,7 +576,7 @@ impl<H: Hardware> Kvmclock<H> {
     pub fn distrust_stable(&self) {
         if self.stable_trusted.swap(false, AcqRel) {
             self.counters.revoked.fetch_add(1, Relaxed);
-            self.clamp.clamp(self.slots.max_floor());
+            self.clamp.clamp(self.slots().max_floor());
             self.epoch.fetch_add(2, AcqRel);
         }
     }
@@ -670,6 +694,7 @@ impl<H: Hardware> Drop for Kvmclock<H> {
         if self.registry.release(cpu, apic) {
             let _ = kvm_unregister_system_time(&self.hw, self.msrs.system_time);
         }
+        self.hw.slot_pool().release(&mut self.slot_set);
     }
 }
 

@@ -49,6 +49,10 @@ pub enum KvmclockError {
     FrequencyOutOfRange,
     /// The area's version stayed odd or kept changing.
     AreaBusy,
+    /// Every per-CPU state set of this machine's pool is in use
+    /// (`Hardware::slot_pool`; [`SLOT_SETS`](clockhal_core::SLOT_SETS)
+    /// clock objects at a time).
+    NoPerCpuMemory,
 }
 
 impl From<PvclockError> for KvmclockError {
@@ -92,6 +96,9 @@ impl fmt::Display for KvmclockError {
             KvmclockError::ShiftOutOfRange(s) => PvclockError::ShiftOutOfRange(*s).fmt(f),
             KvmclockError::FrequencyOutOfRange => PvclockError::FrequencyOutOfRange.fmt(f),
             KvmclockError::AreaBusy => PvclockError::Busy.fmt(f),
+            KvmclockError::NoPerCpuMemory => {
+                f.write_str("no free per-CPU state set in the machine's pool")
+            }
         }
     }
 }

@@ -38,38 +38,46 @@
 //! calling CPU only** — an MSR of another vCPU cannot be written from here.
 //!
 //! ## Reading
-//! A read takes the calling CPU's area under its seqlock (version loaded
-//! with Acquire; odd or changed → retry), reads the TSC *inside* the window
-//! with an ordered `rdtsc`, and re-checks `cpu_index()` so a migration
-//! mid-read retries. Scaling is exact
-//! ([`pvclock_scale_delta`](clockhal_x86::paravirt::pvclock_scale_delta),
-//! 128-bit).
+//! A read uses the calling CPU's own area and a per-CPU slot (one cache
+//! line) holding the *validated map* of that area: TSC ticks to
+//! nanoseconds, the area version it is valid for, and the CPU's floor.
+//! The fast path loads the area's version (Acquire), reads the TSC with an
+//! ordered `rdtsc`, applies the cached map (one 128-bit multiply,
+//! [`TscMap`](clockhal_core::TscMap)) and re-checks the version and
+//! `cpu_index()`: a host update or a migration mid-read retries.
 //!
+//! - **Every host update is judged once**, when a CPU first sees its new
+//!   version ([`clockhal_core::judge_update`], bounds from
+//!   [`KvmclockConfig::with_bounds`]): an implausible one (multiplier 0,
+//!   shift outside -32..=32, an implied TSC rate outside 1 Hz..=2^40 Hz
+//!   or more than 4x away from the previous) is rejected and the previous
+//!   parameters stay in use; one whose time is discontinuous (more than
+//!   60 s forward or 1 ms back of the previous parameters at the same TSC)
+//!   is *reanchored*: its rate is used, continuing the previous timeline.
+//!   Both count in [`Kvmclock::stats`] and [`KvmclockStats::faults`], which
+//!   the facade's watchdog holds against the source. A cached map is
+//!   re-validated at least every [`REVALIDATE_NS`], so no single value is
+//!   trusted for ever.
 //! - **Stable bit trusted** (the host sets `PVCLOCK_TSC_STABLE_BIT` *and*
-//!   KVM's CPUID grants `CLOCKSOURCE_STABLE_BIT`, re-checked on every read):
-//!   the host orders readings across vCPUs, so the read only *loads* the
-//!   shared floor (no shared write but a high-water mark recorded once per
-//!   [`GUARD_SLACK_NS`]). A reading more than [`GUARD_SLACK_NS`] below
-//!   that mark — the host stepped back — is repaired like a clamped one; a
-//!   trusted host that steps back by less is believed (as Linux's vDSO
-//!   believes it).
-//! - **Otherwise** (flag off, or no CPUID permission — the flag alone is not
-//!   trusted, rust-lang/rust#86470): every reading goes through a global
-//!   clamp (Linux's `pvclock_clocksource_read` last-value cmpxchg), which is
-//!   what makes an unstable kvmclock `MONOTONIC_ACROSS_CPUS`.
+//!   KVM's CPUID grants `CLOCKSOURCE_STABLE_BIT` — the flag alone is not
+//!   trusted, rust-lang/rust#86470 — and every registered area agrees with
+//!   the boot CPU's within [`STABLE_AGREEMENT_NS`]): the host orders
+//!   readings across vCPUs, so the read writes only the CPU's own floor.
+//! - **Otherwise** every reading also goes through a global clamp (Linux's
+//!   `pvclock_clocksource_read` last-value rule), which is what makes an
+//!   unstable kvmclock `MONOTONIC_ACROSS_CPUS`. A revoked stable bit
+//!   ([`Kvmclock::distrust_stable`]) switches every CPU to the clamp,
+//!   starting above every value returned so far.
 //! - **No usable sample** (version odd or changing for
-//!   [`MAX_READ_ATTEMPTS`] samples, or the CPU's area unusable): the read
-//!   returns in bounded time the **held value** — the clamp's last value,
-//!   or up to [`GUARD_SLACK_NS`] past the last recorded fast-path reading:
-//!   never earlier than anything returned before — and counts it
-//!   in [`Kvmclock::stats`] (`busy_reads`, `invalid_reads`), which the OS can
-//!   poll.
+//!   [`MAX_READ_ATTEMPTS`] samples with no earlier parameters, or an
+//!   unregistered CPU): the read returns in bounded time the **held
+//!   value** — never earlier than anything returned before on that CPU —
+//!   and counts it (`busy_reads`, `unregistered_reads`).
 //!
 //! Accuracy against the host's clock: exact scaling leaves the host's own
 //! rounding of `mul` (relative error below 2^-31, i.e. < 0.5 ns per second
 //! since the last update) plus 1 ns of truncation. A clamped value may lead
-//! the calling vCPU's area by the hosts' per-vCPU disagreement; a repaired or
-//! held value may lead true time by at most [`GUARD_SLACK_NS`].
+//! the calling vCPU's area by the hosts' per-vCPU disagreement.
 //!
 //! `GUEST_STOPPED` (the host paused the guest): a read that sees it clears it
 //! in the area, as Linux does, and latches it; the OS polls

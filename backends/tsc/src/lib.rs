@@ -75,8 +75,7 @@ pub use provenance::RateProvenance;
 pub use warp::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
 
 use clockhal_core::{
-    ClockSource, Frequency, Migration, PerCpuSlots, Policy, Quality, ReadCost, Scale, Stability,
-    TscMap,
+    ClockSource, Frequency, Migration, Policy, Quality, ReadCost, Scale, SlotSet, Stability, TscMap,
 };
 use clockhal_x86::{cpuid, rdmsr_checked, Hardware, Msr};
 use core::fmt;
@@ -190,9 +189,14 @@ impl fmt::Debug for TscOptions<'_> {
 /// Why there is no TSC clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum TscError {
     /// CPUID.1:EDX bit 4 is clear: no TSC.
     NoTsc,
+    /// Every per-CPU state set of this machine's pool is in use
+    /// (`Hardware::slot_pool`; [`SLOT_SETS`](clockhal_core::SLOT_SETS)
+    /// clock objects at a time).
+    NoPerCpuMemory,
     /// No stated rate, no (successful) calibration, no base-frequency hint.
     RateUnknown {
         /// Why the calibration failed, if one was tried.
@@ -204,6 +208,9 @@ impl fmt::Display for TscError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TscError::NoTsc => f.write_str("CPU has no TSC"),
+            TscError::NoPerCpuMemory => {
+                f.write_str("no free per-CPU state set in the machine's pool")
+            }
             TscError::RateUnknown { calibration: None } => f.write_str(
                 "TSC rate unknown (no CPUID/hypervisor rate, no hint, no reference clock)",
             ),
@@ -217,7 +224,8 @@ impl fmt::Display for TscError {
 /// The TSC, probed.
 pub struct Tsc<H: Hardware> {
     hw: H,
-    slots: PerCpuSlots,
+    /// This clock's per-CPU floors in the machine's pool.
+    slot_set: SlotSet,
     rate: Frequency,
     map: TscMap,
     provenance: RateProvenance,
@@ -271,9 +279,10 @@ impl<H: Hardware> Tsc<H> {
         let adjust = cpuid::has_tsc_adjust(&hw)
             .then(|| rdmsr_checked(&hw, Msr::IA32_TSC_ADJUST))
             .flatten();
+        let slot_set = hw.slot_pool().claim().ok_or(TscError::NoPerCpuMemory)?;
         Ok(Tsc {
             hw,
-            slots: PerCpuSlots::new(),
+            slot_set,
             map: TscMap::through(&Scale::new(rate), 0, 0),
             rate,
             provenance,
@@ -417,6 +426,12 @@ impl<H: Hardware> Tsc<H> {
     }
 }
 
+impl<H: Hardware> Drop for Tsc<H> {
+    fn drop(&mut self) {
+        self.hw.slot_pool().release(&mut self.slot_set);
+    }
+}
+
 impl<H: Hardware> ClockSource for Tsc<H> {
     fn name(&self) -> &'static str {
         "tsc"
@@ -429,7 +444,9 @@ impl<H: Hardware> ClockSource for Tsc<H> {
     fn read(&self) -> u64 {
         let cpu = self.hw.cpu_index();
         let t = self.hw.rdtsc_ordered();
-        self.slots
+        self.hw
+            .slot_pool()
+            .get(&self.slot_set)
             .raise(cpu, t, |cell, v| self.hw.fetch_max_local(cell, v))
     }
 

@@ -209,7 +209,7 @@ fn unsynchronized_is_unusable_and_set_sync_rerates() {
         policy: Policy::new().migration(Migration::WillNot),
         ..TscOptions::new()
     };
-    let mut tsc = Tsc::probe(&m, &opts).unwrap();
+    let tsc = Tsc::probe(&m, &opts).unwrap();
     assert_eq!(tsc.quality(), Quality::UNUSABLE);
     tsc.set_sync(SyncStatus::Synchronized);
     assert_eq!(tsc.quality(), Quality::new(500));
@@ -272,5 +272,5 @@ fn qemu_tcg_garbage_alone_never_gives_an_auto_selected_tsc() {
     match Tsc::probe(&m, &single()) {
         Err(e) => assert_eq!(e, TscError::RateUnknown { calibration: None }),
         Ok(tsc) => assert!(!tsc.quality().auto_selectable(), "{tsc:?}"),
-    }
+    };
 }

@@ -349,8 +349,8 @@ CLOCKHAL-CONFORMANCE version=1 cpus=1 reference=hpet
 SOURCE name=kvmclock present=0 reason=no KVM signature
 SOURCE name=hyperv-page present=0 reason=no Hyper-V signature
 SOURCE name=hyperv-msr present=0 reason=no Hyper-V signature
-SOURCE name=tsc present=1 quality=-100 freq_hz=2600000000 flags=mono cost=no-trap selected=0 reason=usable
-SOURCE name=hpet present=1 quality=250 freq_hz=100000000 flags=mono,smp,trap cost=one-trap selected=1 reason=
+SOURCE name=tsc present=1 quality=290 freq_hz=2600000000 flags=mono cost=no-trap selected=1 reason=usable
+SOURCE name=hpet present=1 quality=250 freq_hz=100000000 flags=mono,smp,trap cost=one-trap selected=0 reason=
 SOURCE name=acpi-pm present=1 quality=150 freq_hz=3579545 flags=mono,ext cost=one-trap selected=0 reason=
 CHECK source=tsc name=monotonic status=pass value=0 unit=ns detail=ok
 CHECK source=hpet name=monotonic status=pass value=0 unit=ns detail=ok
@@ -370,7 +370,7 @@ CHECK source=tsc name=cross-cpu status=skip value=- unit=ns detail=single CPU
             String::new(),
         );
         assert_eq!(o.unexpected, Vec::<String>::new());
-        assert_eq!(o.selected(), Some("hpet"));
+        assert_eq!(o.selected(), Some("tsc"));
         assert_eq!(
             o.source("acpi-pm").unwrap().check("rate").unwrap().value,
             Value::I64(-12)
@@ -385,7 +385,7 @@ CHECK source=tsc name=cross-cpu status=skip value=- unit=ns detail=single CPU
         let bad = GOOD
             .replace("source=acpi-pm name=rate status=pass", "source=acpi-pm name=rate status=fail")
             .replace("3 passed, 0 failed", "2 passed, 1 failed")
-            .replace("SOURCE name=hpet present=1 quality=250 freq_hz=100000000 flags=mono,smp,trap cost=one-trap selected=1 reason=", "SOURCE name=hpet present=0 reason=no table");
+            .replace("SOURCE name=hpet present=1 quality=250 freq_hz=100000000 flags=mono,smp,trap cost=one-trap selected=0 reason=", "SOURCE name=hpet present=0 reason=no table");
         let o = Outcome::from_output(
             "tcg-q35",
             Accel::Tcg,
@@ -397,7 +397,7 @@ CHECK source=tsc name=cross-cpu status=skip value=- unit=ns detail=single CPU
         let u = o.unexpected.join("\n");
         assert!(u.contains("kernel exited with failure"), "{u}");
         assert!(u.contains("acpi-pm rate failed: -12 ppm (ok)"), "{u}");
-        assert!(u.contains("hpet expected selected"), "{u}");
+        assert!(u.contains("hpet expected present"), "{u}");
         assert!(!u.contains("hpet is present but"), "{u}");
 
         let truncated: String = GOOD.lines().take(5).map(|l| format!("{l}\n")).collect();
@@ -416,6 +416,6 @@ CHECK source=tsc name=cross-cpu status=skip value=- unit=ns detail=single CPU
                 && u.contains("reported 0 times"),
             "{u}"
         );
-        assert!(u.contains("hpet expected selected"), "{u}");
+        assert!(u.contains("tsc expected selected"), "{u}");
     }
 }

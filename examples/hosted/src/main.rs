@@ -4,20 +4,20 @@
 //!
 //! Run: `cargo run --release -p clockhal-example-hosted`
 
-use clockhal::hosted::Hosted;
+use clockhal::hosted;
 use clockhal::{Policy, WatchdogEvent};
 use std::hint::black_box;
 
 fn main() {
     // Calibrates the TSC against CLOCK_MONOTONIC_RAW (at most 50 ms), checks
     // both candidates and selects one.
-    let hosted = Hosted::probe(&Policy::new());
-    println!("choice: {}", hosted.report());
+    let probed = hosted::probe(&Policy::new());
+    println!("choice: {}", probed.report());
     println!();
-    print!("{}", hosted.report().table());
+    print!("{}", probed.report().table());
     println!();
 
-    let clock = match hosted.clock() {
+    let clock = match probed.into_clock() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -55,6 +55,7 @@ fn main() {
             source,
             reference,
             verdict,
+            ..
         } => {
             println!("watchdog: {source} vs {reference}: {verdict:?} (first tick: {first:?})")
         }

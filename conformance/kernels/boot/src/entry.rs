@@ -11,7 +11,7 @@ use core::arch::global_asm;
 use crate::gdt;
 
 /// Boot CPU stack size.
-const BOOT_STACK_SIZE: usize = 64 * 1024;
+pub(crate) const BOOT_STACK_SIZE: usize = 64 * 1024;
 
 global_asm!(
     r#"
@@ -28,6 +28,7 @@ global_asm!(
 
 .section .bss.clockhal_boot_stack, "aw", @nobits
 .balign 16
+.global clockhal_boot_stack_bottom
 clockhal_boot_stack_bottom:
 .skip {stack_size}
 clockhal_boot_stack_top:
@@ -45,6 +46,13 @@ clockhal_boot_pvh_start:
     movl $__bss_end, %ecx
     subl %edi, %ecx
     xorl %eax, %eax
+    rep stosb
+
+    /* Paint the boot stack (crate::stack measures its high-water mark). */
+    movl $clockhal_boot_stack_bottom, %edi
+    movl $clockhal_boot_stack_top, %ecx
+    subl %edi, %ecx
+    movb ${paint}, %al
     rep stosb
 
     movl $clockhal_boot_stack_top, %esp
@@ -81,6 +89,7 @@ clockhal_boot_long_mode:
     ud2
 "#,
     stack_size = const BOOT_STACK_SIZE,
+    paint = const crate::stack::PAINT,
     code64 = const gdt::CODE64,
     data = const gdt::DATA,
     options(att_syntax)

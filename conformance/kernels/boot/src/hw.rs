@@ -4,6 +4,7 @@
 //! and which CPU is running (the per-CPU index).
 
 use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr, Native};
+use core::sync::atomic::AtomicU64;
 
 /// [`Native`] with `try_rdmsr` and `cpu_index` filled in by this crate.
 #[derive(Clone, Copy, Debug)]
@@ -85,5 +86,12 @@ impl Hardware for BootHw {
     #[inline(always)]
     fn cpu_index(&self) -> usize {
         crate::current_cpu()
+    }
+    /// This crate's kernels never migrate a running read (no preemption;
+    /// `cpu_index` is the GS-based index of the executing CPU), so the
+    /// per-CPU floors need only interrupt atomicity.
+    #[inline(always)]
+    fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
+        clockhal_x86::cpu_local_max(cell, value)
     }
 }

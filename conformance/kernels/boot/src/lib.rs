@@ -49,6 +49,7 @@ mod percpu;
 mod phys;
 pub mod serial;
 pub mod smp;
+mod stack;
 mod start_info;
 mod timeout;
 mod trampoline;
@@ -58,6 +59,7 @@ pub use hw::BootHw;
 pub use msr::{try_rdmsr, try_wrmsr};
 pub use panic::panic;
 pub use smp::current_cpu;
+pub use stack::{boot_stack_high_water, BOOT_STACK_SIZE};
 pub use start_info::{BootInfo, MemoryRegion, RsdpSource};
 
 /// Declares the kernel's entry function and (by default) its panic handler.

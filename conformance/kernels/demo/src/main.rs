@@ -20,7 +20,7 @@ mod workload;
 
 use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
 use clockhal::x86::{MmioRegion, OffsetMapping};
-use clockhal::{Clock, Duration, Platform, Policy, Probed, Scale, Verdict};
+use clockhal::{Clock, Duration, Platform, Policy, Scale, Verdict};
 use clockhal_boot::{println, smp::MAX_CPUS, BootHw, BootInfo};
 use core::hint::spin_loop;
 
@@ -59,7 +59,7 @@ fn kmain(info: &BootInfo) -> ! {
     // the ACPI tables the RSDP leads to (plain RAM/ROM, no side effects).
     let memory = unsafe { OffsetMapping::new(0, IDENTITY_MAPPED) };
     // The identity map already covers the HPET (uncached from 3 GiB up).
-    let map_hpet = |phys: u64, len: usize| {
+    let mut map_hpet = |phys: u64, len: usize| {
         let end = phys.checked_add(len as u64)?;
         if phys < UNCACHED_FROM || end > IDENTITY_MAPPED {
             return None;
@@ -76,21 +76,22 @@ fn kmain(info: &BootInfo) -> ! {
     let hv_page = unsafe { PhysMapped::new(&HV_PAGE, &HV_PAGE as *const _ as u64) };
 
     let mut platform = Platform::new()
-        .hpet_mapper(&map_hpet)
+        .hpet_mapper(&mut map_hpet)
         .pvclock_areas(pvclock)
         .hyperv_tsc_page(hv_page)
+        .hyperv_guest_os_id(clockhal::hyperv::DEFAULT_GUEST_OS_ID)
         .policy(Policy::new());
     if let Some(rsdp) = info.rsdp_paddr {
         platform = platform.acpi(rsdp, &memory);
     }
 
     // --- 2. Probe, print the verdicts -------------------------------------
-    let probed = clockhal::probe(hw, &platform);
+    let probed = clockhal::probe(hw, platform);
     println!("\ncandidates:\n{}", probed.report().table());
     println!("choice: {}", probed.report());
-    // A real OS keeps both for the life of the system (see clockhal's docs:
-    // a once-cell or `into_static`); kmain never returns, so locals do here.
-    let clock = match probed.clock() {
+    // A real OS keeps the clock for the life of the system (in a static,
+    // see clockhal's docs); kmain never returns, so a local does here.
+    let clock = match probed.into_clock() {
         Ok(clock) => clock,
         Err(e) => {
             println!("unikernel: {e}");
@@ -100,11 +101,11 @@ fn kmain(info: &BootInfo) -> ! {
     println!("selected: {} at {}", clock.source_name(), Freq(&clock));
 
     // --- 3. 100 ms on the selected clock vs every other candidate --------
-    compare(&probed, &clock);
+    compare(&clock);
 
     // --- 4. Clock-heavy workload with each usable source forced -----------
     let ops = ops_from(info.cmdline);
-    let all_forced = run_workload(hw, &platform, &probed, &clock, ops);
+    let all_forced = run_workload(&clock, ops);
 
     println!("\nunikernel: done ({} on the clock)", clock.now());
     if !all_forced {
@@ -124,7 +125,7 @@ fn ops_from(cmdline: &str) -> u32 {
 }
 
 /// The clock's rate, or `-`.
-struct Freq<'a>(&'a Clock<'a>);
+struct Freq<'a>(&'a Clock<BootHw>);
 
 impl core::fmt::Display for Freq<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -176,7 +177,7 @@ impl Bracket {
 /// start and at the end; its interval is compared with the selected
 /// source's interval between the bracket midpoints, so slow (trapping)
 /// reads do not bias the result, and the bracket widths bound the error.
-fn compare(probed: &Probed<BootHw>, clock: &Clock<'_>) {
+fn compare(clock: &Clock<BootHw>) {
     let selected = clock.source_id();
     let (Some(sel), Some(sel_hz)) = (clock.source(), clock.frequency()) else {
         return;
@@ -184,14 +185,15 @@ fn compare(probed: &Probed<BootHw>, clock: &Clock<'_>) {
     let sel_scale = Scale::new(sel_hz);
     let mut list: [Option<Probe<'_>>; clockhal::MAX_CANDIDATES] =
         [const { None }; clockhal::MAX_CANDIDATES];
-    for (slot, c) in list.iter_mut().zip(probed.report().ranked()) {
-        let (Some(source), Some(hz)) = (probed.source(c.id), c.frequency) else {
+    let report = clock.report();
+    for (slot, c) in list.iter_mut().zip(report.ranked()) {
+        let (Some(source), Some(hz)) = (clock.source_of(c.id), c.frequency()) else {
             continue;
         };
         if c.id != selected {
             *slot = Some(Probe {
                 name: c.name,
-                demoted: matches!(c.verdict, Verdict::Demoted(_)),
+                demoted: c.demotion().is_some(),
                 source,
                 scale: Scale::new(hz),
             });
@@ -255,55 +257,38 @@ fn ppm(value: u64, reference: u64) -> i64 {
         .unwrap_or(0) as i64
 }
 
-/// Runs the workload once per usable candidate, each time through a probe
-/// that forces that candidate, timing every batch with the OS's `clock`.
+/// Runs the workload once per usable candidate, forcing the clock onto
+/// each in turn ([`Clock::force`]) and timing each batch with that source.
 /// Returns whether every usable candidate could be forced.
-fn run_workload(
-    hw: BootHw,
-    platform: &Platform<'_>,
-    probed: &Probed<BootHw>,
-    clock: &Clock<'_>,
-    ops: u32,
-) -> bool {
+fn run_workload(clock: &Clock<BootHw>, ops: u32) -> bool {
+    let selected_id = clock.source_id();
     println!(
-        "\nworkload: {ops} ops of {{ t0 = now(); checksum({} bytes); t1 = now() }} per source, timed by {}",
+        "\nworkload: {ops} ops of {{ t0 = now(); checksum({} bytes); t1 = now() }} per source, timed by the same clock",
         workload::PACKET,
-        clock.source_name()
     );
-    // (name, probe time, outcome), in rank order.
+    // (name, switch time, outcome), in rank order.
     let mut rows: [Option<(&'static str, Duration, workload::Outcome)>; clockhal::MAX_CANDIDATES] =
         [const { None }; clockhal::MAX_CANDIDATES];
     let mut all_forced = true;
-    for (slot, c) in rows.iter_mut().zip(probed.report().ranked()) {
-        if !matches!(c.verdict, Verdict::Usable) {
+    let report = clock.report();
+    for (slot, c) in rows.iter_mut().zip(report.ranked()) {
+        if !matches!(c.verdict, Verdict::Usable(_)) {
             continue;
         }
-        // Forcing goes through the facade like any policy: a new probe.
         let p0 = clock.now();
-        let forced = clockhal::probe(hw, &platform.policy(Policy::new().force(c.name)));
-        let probe_time = clock.elapsed(p0);
-        let forced_clock = forced
-            .clock()
-            .ok()
-            .filter(|fc| forced.report().is_forced() && fc.source_id() == c.id);
-        let outcome = forced_clock
-            .map(|fc| workload::run(ops, || fc.now().as_nanos(), || clock.now().as_nanos()));
-        // Dropping a probe result unregisters kvmclock (and disables the
-        // Hyper-V page) on this CPU, but the forced probe registered the very
-        // memory the OS's own clock reads: leave the registration in place.
-        // The probe result owns no other resources.
-        let forced_report = *forced.report();
-        core::mem::forget(forced);
-        match outcome {
-            Some(o) => *slot = Some((c.name, probe_time, o)),
-            None => {
-                println!("  {}: could not be forced: {:#}", c.name, forced_report);
-                all_forced = false;
-            }
+        if clock.force(c.id).is_err() || clock.source_id() != c.id {
+            println!("  {}: could not be forced", c.name);
+            all_forced = false;
+            continue;
         }
+        let switch_time = clock.elapsed(p0);
+        let o = workload::run(ops, || clock.now().as_nanos(), || clock.now().as_nanos());
+        *slot = Some((c.name, switch_time, o));
     }
+    // Back to the selection.
+    clock.unforce();
 
-    let selected = clock.source_name();
+    let selected = report.get(selected_id).map_or("none", |c| c.name);
     let base = rows
         .iter()
         .flatten()
@@ -311,7 +296,7 @@ fn run_workload(
         .map_or(0, |(_, _, o)| o.ops_per_sec());
     println!(
         "{:<12} {:>10} {:>10} {:>10} {:>12} {:>10}",
-        "source", "ops/s", "ns/op", "t1-t0 ns", "vs selected", "probe ms"
+        "source", "ops/s", "ns/op", "t1-t0 ns", "vs selected", "switch us"
     );
     for (name, probe_time, o) in rows.iter().flatten() {
         let ops_s = o.ops_per_sec();
@@ -326,7 +311,7 @@ fn run_workload(
             o.timed_ns / u64::from(o.ops),
             ratio / 100,
             ratio % 100,
-            probe_time.as_millis(),
+            probe_time.as_micros(),
         );
     }
     all_forced

@@ -74,7 +74,7 @@ fn kmain(info: &'static BootInfo) -> ! {
     // SAFETY: clockhal-boot identity maps the low 4 GiB; ACPI tables are
     // plain memory there.
     let phys = unsafe { OffsetMapping::new(0, IDENTITY_LIMIT) };
-    let map_hpet = |base: u64, len: usize| {
+    let mut map_hpet = |base: u64, len: usize| {
         let end = base.checked_add(len as u64)?;
         if base < UNCACHED_BASE || end > IDENTITY_LIMIT {
             return None;
@@ -84,23 +84,36 @@ fn kmain(info: &'static BootInfo) -> ! {
         unsafe { MmioRegion::new(base as usize, len) }
     };
     let mut platform = Platform::new()
-        .hpet_mapper(&map_hpet)
+        .hpet_mapper(&mut map_hpet)
         .pvclock_areas(areas)
         .tsc_sync(sync)
+        .cpus(cpus)
         .policy(Policy::new());
     if let Some(rsdp) = info.rsdp_paddr {
         platform = platform.acpi(rsdp, &phys);
     }
-    let probed = clockhal::probe(hw, &platform);
+    // The stack clockhal needs beyond this frame (which holds the values).
+    let stack_before = clockhal_boot::boot_stack_high_water();
+    let probed = clockhal::probe(hw, platform);
+    let report = *probed.report();
+    println!("kernel: choice: {report:#}");
+    println!("{}", report.table());
+    let clock = match probed.into_clock() {
+        Ok(clock) => Some(clock),
+        Err(e) => {
+            println!("kernel: no clock: {e}");
+            None
+        }
+    };
 
-    if let Some(k) = probed.kvmclock() {
+    if let Some(clock) = &clock {
         for cpu in 1..cpus {
-            // Each vCPU registers its own area (the suite reads kvmclock on
-            // every CPU in the cross-CPU check).
-            let register = || match k.register_this_cpu() {
-                Ok(()) => println!("kernel: kvmclock registered on cpu {}", smp::current_cpu()),
+            // Each vCPU registers itself (its kvmclock area; the suite reads
+            // every source on every CPU in the cross-CPU check).
+            let register = || match clock.register_this_cpu() {
+                Ok(()) => println!("kernel: clock registered on cpu {}", smp::current_cpu()),
                 Err(e) => println!(
-                    "kernel: kvmclock registration FAILED on cpu {}: {e}",
+                    "kernel: clock registration FAILED on cpu {}: {e}",
                     smp::current_cpu()
                 ),
             };
@@ -109,15 +122,17 @@ fn kmain(info: &'static BootInfo) -> ! {
             }
         }
     }
-
-    let report = probed.report();
-    println!("kernel: choice: {report:#}");
-    println!("{}", report.table());
+    let report = &report;
+    println!(
+        "kernel: boot stack high-water {stack_before} bytes before probe, {} after probe and into_clock (of {})",
+        clockhal_boot::boot_stack_high_water(),
+        clockhal_boot::BOOT_STACK_SIZE
+    );
 
     // Every constructed backend is checked.
     let mut sources: [Option<&dyn ClockSource>; 6] = [None; 6];
     for (slot, id) in sources.iter_mut().zip(IDS) {
-        *slot = probed.source(id);
+        *slot = clock.as_ref().and_then(|c| c.source_of(id));
     }
     let mut list: [&dyn ClockSource; 6] = [&NONE; 6];
     let mut n = 0;
@@ -126,7 +141,9 @@ fn kmain(info: &'static BootInfo) -> ! {
         n += 1;
     }
     let list = &list[..n];
-    let reference = REFERENCE_ORDER.iter().find_map(|id| probed.source(*id));
+    let reference = REFERENCE_ORDER
+        .iter()
+        .find_map(|id| clock.as_ref().and_then(|c| c.source_of(*id)));
     let selected = report.selected().map(|c| c.name);
 
     let Some(reference) = reference else {
@@ -184,7 +201,7 @@ fn print_sources(report: &clockhal::Report) {
                 let _ = line::write_absent_source(&mut out, c.name, format_args!("{r}"));
                 continue;
             }
-            Verdict::Usable => write!(
+            Verdict::Usable(_) => write!(
                 reason,
                 "usable{}{}",
                 if c.note == clockhal::Note::None {
@@ -194,16 +211,16 @@ fn print_sources(report: &clockhal::Report) {
                 },
                 c.note
             ),
-            Verdict::Demoted(d) => write!(reason, "demoted: {d}"),
+            Verdict::Demoted { reason: d, .. } => write!(reason, "demoted: {d}"),
         };
         let _ = line::write_present_source(
             &mut out,
             &line::PresentSource {
                 name: c.name,
-                quality: c.rating.map_or(0, |q| q.get()),
-                freq_hz: c.frequency.map_or(0, |f| f.hz_rounded()),
-                flags: c.stability,
-                cost: c.read_cost.unwrap_or(clockhal::ReadCost::SeveralTraps),
+                quality: c.rating().map_or(0, |q| q.get()),
+                freq_hz: c.frequency().map_or(0, |f| f.hz_rounded()),
+                flags: c.stability(),
+                cost: c.read_cost().unwrap_or(clockhal::ReadCost::SeveralTraps),
                 selected: report.selected_id() == Some(id),
                 reason: reason.as_str(),
             },

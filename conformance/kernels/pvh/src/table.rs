@@ -51,8 +51,8 @@ pub fn write(out: &mut dyn Write, report: &Report, costs: &[Option<u64>; 6]) -> 
         let Some(c) = report.get(*id) else { continue };
         let state = match c.verdict {
             _ if report.selected_id() == Some(*id) => "selected",
-            Verdict::Usable => "usable",
-            Verdict::Demoted(_) => "demoted",
+            Verdict::Usable(_) => "usable",
+            Verdict::Demoted { .. } => "demoted",
             Verdict::Rejected(_) => "absent",
         };
         let mut rating = Text::new();
@@ -61,16 +61,16 @@ pub fn write(out: &mut dyn Write, report: &Report, costs: &[Option<u64>; 6]) -> 
         let mut claimed = Text::new();
         let mut measured = Text::new();
         let mut notes = Text::new();
-        match c.rating {
+        match c.rating() {
             Some(q) => write!(rating, "{q}")?,
             None => rating.write_str("-")?,
         }
-        match c.frequency {
+        match c.frequency() {
             Some(f) => write!(freq, "{}", f.hz_rounded())?,
             None => freq.write_str("-")?,
         }
-        write!(flags, "{}", c.stability)?;
-        match c.read_cost {
+        write!(flags, "{}", c.stability())?;
+        match c.read_cost() {
             Some(r) => write!(claimed, "{r}")?,
             None => claimed.write_str("-")?,
         }
@@ -80,8 +80,8 @@ pub fn write(out: &mut dyn Write, report: &Report, costs: &[Option<u64>; 6]) -> 
         }
         match c.verdict {
             Verdict::Rejected(r) => write!(notes, "{r}")?,
-            Verdict::Demoted(d) => write!(notes, "{d}")?,
-            Verdict::Usable => write!(notes, "{}", c.note)?,
+            Verdict::Demoted { reason, .. } => write!(notes, "{reason}")?,
+            Verdict::Usable(_) => write!(notes, "{}", c.note)?,
         }
         writeln!(
             out,
