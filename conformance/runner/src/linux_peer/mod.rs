@@ -111,12 +111,14 @@ impl Peer {
         if !enabled {
             return Peer::Disabled;
         }
+        let start = std::time::Instant::now();
         match prepare(root) {
             Ok((kernel, initrd)) => {
                 eprintln!(
-                    "linux peer: {} ({})",
+                    "linux peer: {} ({}), ready in {:.1}s",
                     kernel.package,
-                    kernel.vmlinuz.display()
+                    kernel.vmlinuz.display(),
+                    start.elapsed().as_secs_f64()
                 );
                 Peer::Ready { kernel, initrd }
             }
