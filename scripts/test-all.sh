@@ -50,7 +50,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc -q --workspace --no-deps --all-features
 if [[ "${SKIP_MATRIX:-0}" == 1 ]]; then
     step "QEMU matrix: SKIPPED (SKIP_MATRIX=1)"
 else
-    step "QEMU conformance matrix"
+    # Also boots the Linux peer (a Debian kernel fetched once with apt-get
+    # download into target/linux-peer, init built with gcc -static).
+    step "QEMU conformance matrix and the Linux peer"
     cargo run -q -p clockhal-matrix --release
 fi
 step "all tests passed"

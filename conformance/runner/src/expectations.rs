@@ -8,6 +8,10 @@
 //! a summary that matches its CHECK lines, and select at most one source:
 //! the one with a `Selected` row, or none where the configuration has no
 //! `Selected` row.
+//!
+//! [`PEER_EXPECTATIONS`] adds one row per configuration for the Linux peer:
+//! what Linux's rules pick there, and any reason clockhal may trap where
+//! Linux does not.
 
 /// What a row demands of one source in one configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,6 +196,99 @@ pub fn for_config(config: &str) -> impl Iterator<Item = &'static Row> + '_ {
     EXPECTATIONS.iter().filter(move |r| r.config == config)
 }
 
+// ---- The Linux peer ----------------------------------------------------
+
+/// What Linux picks in a configuration by its documented rules: a rule
+/// (ratings and flags from the Linux sources), not a measurement. It stands
+/// in for the peer where the peer cannot boot, and explains the measurement
+/// where it can.
+#[derive(Clone, Copy, Debug)]
+pub struct LinuxRule {
+    /// Linux clocksource name.
+    pub pick: &'static str,
+    /// The rule that picks it.
+    pub why: &'static str,
+}
+
+/// How clockhal's pick must compare with the Linux peer's in one
+/// configuration (`linux_peer::rule`): never a trapping source, or none,
+/// where Linux reads a no-trap one, unless the row says why.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerRow {
+    /// Configuration name (see `configs::CONFIGS`).
+    pub config: &'static str,
+    /// What Linux's rules pick there.
+    pub linux_rule: LinuxRule,
+    /// Why clockhal is right to trap (or have no clock) where Linux does not.
+    pub exception: Option<&'static str>,
+    /// A known gap with its issue: the violation is listed, not failed. A
+    /// gap that has closed (clockhal picks a no-trap source) fails the run
+    /// until this is removed.
+    pub known_gap: Option<&'static str>,
+}
+
+const fn peer(
+    config: &'static str,
+    pick: &'static str,
+    why: &'static str,
+    known_gap: Option<&'static str>,
+) -> PeerRow {
+    PeerRow {
+        config,
+        linux_rule: LinuxRule { pick, why },
+        exception: None,
+        known_gap,
+    }
+}
+
+// Linux 6.1 ratings: kvm-clock 400 (arch/x86/kernel/kvmclock.c), tsc 300
+// (arch/x86/kernel/tsc.c), hpet 250, acpi_pm 200; the highest-rated wins
+// (kernel/time/clocksource.c).
+const L_TSC_TCG: &str =
+    "tsc 300 beats hpet 250 and acpi_pm 200; TCG sets no constant_tsc/nonstop_tsc, \
+    so the TSC keeps CLOCK_SOURCE_MUST_VERIFY and stays while the clocksource watchdog (hpet) sees \
+    no skew";
+const L_TSC_NOKVMCLOCK: &str =
+    "no kvm-clock; tsc 300 beats hpet 250: without +invtsc there is no nonstop_tsc, \
+    so the TSC stays only while the clocksource watchdog (hpet) sees no skew";
+const L_KVMCLOCK: &str =
+    "kvm-clock 400 (KVM signature, CLOCKSOURCE2): not demoted to 299, since without \
+    +invtsc the guest has no nonstop_tsc";
+const GAP_VERIFIED_TSC: &str =
+    "issue 14: clockhal rates a TSC without the invariant bit -100 and never \
+    selects it; Linux keeps it under its watchdog (the verified, supervised TSC)";
+
+/// One row per configuration.
+#[rustfmt::skip]
+pub const PEER_EXPECTATIONS: &[PeerRow] = &[
+    peer("tcg-q35", "tsc", L_TSC_TCG, Some(GAP_VERIFIED_TSC)),
+    peer("tcg-pc", "tsc", L_TSC_TCG, Some(GAP_VERIFIED_TSC)),
+    peer("tcg-pc-nohpet", "tsc", "tsc 300 beats acpi_pm 200 while the clocksource watchdog sees no skew; \
+        until acpi_pm registers (fs_initcall) the watchdog is refined-jiffies, and jiffies that lag \
+        under TCG get tsc-early marked unstable, leaving acpi_pm", Some(GAP_VERIFIED_TSC)),
+    peer("tcg-microvm", "tsc", "tsc 300 is the only clocksource (no HPET, no PM timer); its rate comes from \
+        PIT calibration and no watchdog can check it",
+        Some("issue 14: clockhal finds no TSC rate on microvm (no CPUID/hypervisor rate, no HPET or PM \
+        timer, no PIT calibration) and selects nothing")),
+    peer("tcg-q35-smp2", "hpet", "two CPUs and a non-Intel TSC (TCG's max CPU is AuthenticAMD) without \
+        constant_tsc: Linux deems the TSCs unsynchronized and marks the TSC unstable at boot \
+        (arch/x86/kernel/tsc.c unsynchronized_tsc); hpet 250 wins", None),
+    peer("kvm-q35", "kvm-clock", L_KVMCLOCK, None),
+    peer("kvm-pc", "kvm-clock", L_KVMCLOCK, None),
+    peer("kvm-nokvmclock", "tsc", L_TSC_NOKVMCLOCK, Some(GAP_VERIFIED_TSC)),
+    peer("kvm-kvm-off", "tsc", "kvm=off hides the KVM signature, so no kvm-clock; tsc 300 beats hpet 250, \
+        supervised by the clocksource watchdog (no nonstop_tsc without +invtsc)", Some(GAP_VERIFIED_TSC)),
+    peer("kvm-invtsc", "tsc", "constant_tsc and nonstop_tsc (invtsc) demote kvm-clock from 400 to 299 \
+        (\"Invariant TSC exposed by host means kvmclock is not necessary\"); tsc 300 wins", None),
+    peer("kvm-microvm", "kvm-clock", L_KVMCLOCK, None),
+    peer("kvm-q35-smp2", "kvm-clock", L_KVMCLOCK, None),
+];
+
+/// The peer row for `config`.
+pub fn peer_row(config: &str) -> Option<&'static PeerRow> {
+    PEER_EXPECTATIONS.iter().find(|r| r.config == config)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +317,30 @@ mod tests {
                 .filter(|r| r.expect == Expect::Selected)
                 .count();
             assert!(selected <= 1, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn every_config_has_one_peer_row_with_a_known_linux_pick() {
+        for c in CONFIGS {
+            let rows = PEER_EXPECTATIONS
+                .iter()
+                .filter(|r| r.config == c.name)
+                .count();
+            assert_eq!(rows, 1, "{}", c.name);
+        }
+        for r in PEER_EXPECTATIONS {
+            assert!(CONFIGS.iter().any(|c| c.name == r.config), "{r:?}");
+            assert!(
+                crate::linux_peer::rule::linux_class(r.linux_rule.pick).is_some(),
+                "{r:?}"
+            );
+            assert!(!r.linux_rule.why.is_empty());
+            assert!(
+                r.exception.is_none() || r.known_gap.is_none(),
+                "{}: a gap or an exception, not both",
+                r.config
+            );
         }
     }
 }

@@ -10,11 +10,15 @@
 //!
 //! ```text
 //! cargo run -p clockhal-matrix --release -- [--kernel PATH] [--only NAME[,NAME..]]
-//!     [--timeout SECS] [--jobs N] [--verbose]
+//!     [--timeout SECS] [--jobs N] [--verbose] [--no-peer]
 //! ```
+//!
+//! Then it boots the Linux peer in each configuration, one at a time
+//! ([`linux_peer`]), and compares Linux's pick with clockhal's.
 
 mod configs;
 mod expectations;
+mod linux_peer;
 mod outcome;
 mod qemu;
 mod report;
@@ -27,12 +31,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 const USAGE: &str = "\
-usage: clockhal-matrix [--kernel PATH] [--only NAME[,NAME..]] [--timeout SECS] [--jobs N] [--verbose]
+usage: clockhal-matrix [--kernel PATH] [--only NAME[,NAME..]] [--timeout SECS] [--jobs N] [--verbose] [--no-peer]
   --kernel PATH   boot this ELF instead of building conformance/kernels/pvh
   --only NAMES    run only these configurations (comma-separated, repeatable)
   --timeout SECS  per-QEMU timeout (default 90)
   --jobs N        configurations run in parallel (default 2)
   --verbose       print each configuration's clock table
+  --no-peer       do not boot the Linux peer (its documented rules stand in)
 configurations: ";
 
 struct Args {
@@ -41,6 +46,7 @@ struct Args {
     timeout: u64,
     jobs: usize,
     verbose: bool,
+    no_peer: bool,
 }
 
 fn usage() -> String {
@@ -55,6 +61,7 @@ fn parse_args() -> Result<Args, String> {
         timeout: 90,
         jobs: 2,
         verbose: false,
+        no_peer: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -75,6 +82,7 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("--jobs: {e}"))?
             }
             "--verbose" | "-v" => a.verbose = true,
+            "--no-peer" => a.no_peer = true,
             "--help" | "-h" => return Err(usage()),
             _ => return Err(format!("unknown argument {arg:?}\n{}", usage())),
         }
@@ -128,7 +136,13 @@ fn main() -> ExitCode {
         .filter(|c| args.only.is_empty() || args.only.iter().any(|n| n == c.name))
         .collect();
     let kvm = qemu::kvm_usable();
-    let outcomes = run_all(&selected, &kernel, &kvm, &args, &log_dir);
+    let mut outcomes = run_all(&selected, &kernel, &kvm, &args, &log_dir);
+    let peer = linux_peer::Peer::prepare(&root, !args.no_peer);
+    for o in &mut outcomes {
+        if let Some(c) = selected.iter().find(|c| c.name == o.name) {
+            peer.attach(o, c, &kvm, args.timeout, &log_dir);
+        }
+    }
 
     let json = report::json(&outcomes);
     let path = out_dir.join("results.json");
@@ -149,6 +163,7 @@ fn main() -> ExitCode {
             print!("{}", report::details(o));
         }
     }
+    print!("{}", linux_peer::table(&outcomes));
     print!("{}", report::table(&outcomes));
     println!("results: {}", path.display());
     if outcomes.iter().all(|o| o.unexpected.is_empty()) {

@@ -72,6 +72,8 @@ pub struct Outcome {
     /// Results that differ from expectations (the run fails if any).
     pub unexpected: Vec<String>,
     pub log: String,
+    /// The Linux peer in the same configuration (`linux_peer`).
+    pub peer: Option<crate::linux_peer::PeerOutcome>,
 }
 
 impl Outcome {
@@ -89,6 +91,7 @@ impl Outcome {
             sources: Vec::new(),
             unexpected: Vec::new(),
             log: String::new(),
+            peer: None,
         }
     }
 
@@ -335,6 +338,7 @@ impl Outcome {
             "unexpected": self.unexpected,
             "log": self.log,
             "sources": sources,
+            "linux_peer": self.peer.as_ref().map(|p| p.to_json(self)),
         })
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::configs::{QemuConfig, COMMON_ARGS};
 use crate::outcome::{Exit, Outcome};
+use std::ffi::OsStr;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -54,9 +55,28 @@ pub fn build_kernel(dir: &Path) -> Result<PathBuf, String> {
     exe.ok_or_else(|| format!("cargo built no executable in {}", dir.display()))
 }
 
-/// Boots `kernel` under `config` with `timeout_s`, writes the console log to
-/// `log`, and parses the result.
-pub fn run(config: &QemuConfig, kernel: &Path, timeout_s: u64, log: &Path) -> Outcome {
+/// Separates the console output from QEMU's own stderr in a boot's text.
+pub const STDERR_MARKER: &str = "\n--- qemu stderr ---\n";
+
+/// What one QEMU boot produced.
+pub struct Boot {
+    /// How QEMU ended.
+    pub exit: Exit,
+    /// Console output (and QEMU's stderr, after a marker line).
+    pub text: String,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// Boots `kernel` under `config` with `extra` QEMU arguments and
+/// `timeout_s`, and writes the command line and console log to `log`.
+pub fn boot(
+    config: &QemuConfig,
+    kernel: &Path,
+    extra: &[&OsStr],
+    timeout_s: u64,
+    log: &Path,
+) -> Boot {
     let mut cmd = Command::new("timeout");
     cmd.args([
         "--kill-after=5",
@@ -68,6 +88,7 @@ pub fn run(config: &QemuConfig, kernel: &Path, timeout_s: u64, log: &Path) -> Ou
     .args(COMMON_ARGS)
     .arg("-kernel")
     .arg(kernel)
+    .args(extra)
     .stdin(Stdio::null());
     let command_line = format!("{cmd:?}");
     let start = Instant::now();
@@ -79,7 +100,7 @@ pub fn run(config: &QemuConfig, kernel: &Path, timeout_s: u64, log: &Path) -> Ou
             let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
             let err = String::from_utf8_lossy(&out.stderr);
             if !err.trim().is_empty() {
-                text.push_str("\n--- qemu stderr ---\n");
+                text.push_str(STDERR_MARKER);
                 text.push_str(&err);
             }
             (exit, text)
@@ -87,12 +108,23 @@ pub fn run(config: &QemuConfig, kernel: &Path, timeout_s: u64, log: &Path) -> Ou
         Err(e) => (Exit::SpawnFailed(e.to_string()), String::new()),
     };
     let _ = std::fs::write(log, format!("# {command_line}\n{text}"));
+    Boot {
+        exit,
+        text,
+        seconds,
+    }
+}
+
+/// Boots `kernel` under `config` with `timeout_s`, writes the console log to
+/// `log`, and parses the result.
+pub fn run(config: &QemuConfig, kernel: &Path, timeout_s: u64, log: &Path) -> Outcome {
+    let b = boot(config, kernel, &[], timeout_s, log);
     Outcome::from_output(
         config.name,
         config.accel,
-        exit,
-        seconds,
-        &text,
+        b.exit,
+        b.seconds,
+        &b.text,
         log.display().to_string(),
     )
 }

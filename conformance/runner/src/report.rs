@@ -28,6 +28,7 @@ pub fn json(outcomes: &[Outcome]) -> serde_json::Value {
         "skipped": t.skipped,
         "unexpected": outcomes.iter().map(|o| o.unexpected.len()).sum::<usize>(),
         "configs_skipped": outcomes.iter().filter(|o| !o.ran).count(),
+        "linux_peer": crate::linux_peer::summary_json(outcomes),
     })
 }
 
