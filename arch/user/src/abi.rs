@@ -88,9 +88,9 @@ impl AskReason {
 /// The clock page (version 1). All fields are atomics: the kernel writes
 /// the page while user programs read it through a read-only mapping.
 ///
-/// Offsets (bytes): header `0x00..0x10`, the seqlocked state
-/// `0x0C..0x60`, reserved (zero) to the end of the page. The state a TSC
-/// read needs sits in the first cache line.
+/// Offsets (bytes): header `0x00..0x0C`, sequence `0x0C`, the seqlocked
+/// state `0x10..0x4C`, more header `0x4C..0x60`, reserved (zero) to the end
+/// of the page. Everything a TSC read needs sits in the first cache line.
 #[repr(C, align(4096))]
 #[derive(Debug)]
 pub struct ClockPage {

@@ -63,7 +63,7 @@
 //!  0x40  u64   boot_wall_ns   unix_ns = boot_wall_ns + clock_ns
 //!  0x48  u32   flags          bit 0: boot_wall_ns valid
 //!  ---- header, continued ---------------------------------------------------
-//!  0x4C  u32   tsc_read       0 lfence;rdtsc | 1 mfence;rdtsc | 2 rdtscp;lfence
+//!  0x4C  u32   tsc_read       0 lfence;rdtsc | 1 mfence;rdtsc | 2 rdtscp
 //!  0x50  u32   window_pages   pages the OS maps from base
 //!  0x54  u32   pvclock_page   window page of the pvclock areas (0 = none)
 //!  0x58  u32   pvclock_areas  32-byte areas on it (<= 128)
@@ -99,8 +99,9 @@
 //!  t = ordered rdtsc                        load mode, floor, mode's fields
 //!  old = the replaced state, read at t      [pvclock/hyperv: that page's own
 //!  floor = max(floor, old, requested)        bounded seqlock and checks]
-//!  store mode, arg, fields, floor, wall     t = rdtsc, ordered both ways
-//!  seq = s+2 (release)                      fence(acquire); s2 = seq (relaxed)
+//!  store mode, arg, fields, floor, wall     t = ordered rdtsc
+//!  seq = s+2 (release)                      fence(acquire); s2 = seq (relaxed,
+//!                                            its address made dependent on t)
 //!                                           s2 == s1? return max(value, floor)
 //!                                           (64 tries failed: AskKernel::Busy)
 //! ```
@@ -108,7 +109,9 @@
 //! A reader therefore never returns a value built from two publications (it
 //! would see the sequence change), and never one below a floor it could see.
 //! Since the writer reads the replaced state *after* the odd sequence is
-//! visible and the reader reads the TSC *before* its re-check, every reading
+//! visible and the reader reads the TSC *before* its re-check (the
+//! re-check's address depends on the value read, so the CPU cannot perform
+//! it earlier — cheaper than a fence after `rdtscp`), every reading
 //! of the old state is at most the floor the new state starts from: readings
 //! do not go backwards across a publication, on any CPU, while the TSC is
 //! synchronised (the only case the kernel publishes a TSC-based state for).

@@ -11,6 +11,7 @@
 //! Rust allows on memory mapped read-only — the way an OS hands these pages
 //! to its processes.
 
+use crate::tsc::load_after;
 use core::sync::atomic::{fence, AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// `pvclock_vcpu_time_info`: one per vCPU, 32 bytes, written by KVM.
@@ -329,7 +330,7 @@ pub(crate) fn pvclock_ns(
             let flags = area.flags.load(Relaxed);
             let tsc = rdtsc();
             fence(Acquire);
-            if area.version.load(Relaxed) == version {
+            if load_after(&area.version, tsc) == version {
                 if mul == 0 {
                     return Err(PageFault::PvclockNotWritten);
                 }
@@ -366,7 +367,7 @@ pub(crate) fn hv_units(
         let offset = page.offset.load(Relaxed);
         let tsc = rdtsc();
         fence(Acquire);
-        if page.sequence.load(Relaxed) == sequence {
+        if load_after(&page.sequence, tsc) == sequence {
             if !hv_scale_valid(scale) {
                 return Err(PageFault::HvZeroScale);
             }

@@ -9,6 +9,7 @@ use crate::abi::{
 use crate::paravirt::{
     hv_units, pvclock_ns, HvReferenceTscPage, PageFault, PvclockVcpuTimeInfo, HV_NS_PER_UNIT,
 };
+use crate::tsc::load_after;
 use crate::TscRead;
 use core::fmt;
 use core::sync::atomic::{fence, Ordering};
@@ -257,14 +258,15 @@ impl<'a> UserClock<'a> {
     #[inline]
     pub fn now(&self) -> Result<u64, AskKernel> {
         let tsc = self.tsc;
-        self.sample(&mut || tsc.read(), false).map(|r| r.clock_ns)
+        let raw = self.sample(&mut move || tsc.read(), false)?;
+        Ok(raw.ns.max(raw.floor))
     }
 
     /// Clock and wall time from one consistent state, and its source.
     #[inline]
     pub fn read(&self) -> Result<Reading, AskKernel> {
         let tsc = self.tsc;
-        self.sample(&mut || tsc.read(), true)
+        self.sample(&mut move || tsc.read(), true).map(Raw::reading)
     }
 
     /// Unix time in ns, or why to ask the kernel.
@@ -276,42 +278,81 @@ impl<'a> UserClock<'a> {
     /// tests (`rdtsc` must return the counter the page's states map, read
     /// in order).
     pub fn read_with(&self, mut rdtsc: impl FnMut() -> u64) -> Result<Reading, AskKernel> {
-        self.sample(&mut rdtsc, true)
+        self.sample(&mut rdtsc, true).map(Raw::reading)
     }
 
-    /// The seqlock read: sample the state, compute, re-check the sequence.
+    /// The seqlock read: sample the state, compute, re-check the sequence
+    /// (after the TSC read: [`load_after`]). The common case — a TSC state,
+    /// not mid-update — is one inlined attempt; everything else (other
+    /// modes, retries) is out of line.
     #[inline(always)]
     pub(crate) fn sample(
         &self,
         rdtsc: &mut impl FnMut() -> u64,
         wall: bool,
-    ) -> Result<Reading, AskKernel> {
+    ) -> Result<Raw, AskKernel> {
         use Ordering::{Acquire, Relaxed};
         let p = self.page;
-        for _ in 0..READ_ATTEMPTS {
-            // Relaxed loads and fences only: valid on read-only memory.
+        // Relaxed loads and fences only: valid on read-only memory.
+        let seq = p.seq.load(Relaxed);
+        fence(Acquire);
+        let mode = p.mode.load(Relaxed);
+        if seq & 1 == 0 && mode == MODE_TSC {
+            let floor = p.floor_ns.load(Relaxed);
+            let mul = p.tsc_mul.load(Relaxed);
+            let add_lo = p.tsc_add_lo.load(Relaxed);
+            let add_hi = p.tsc_add_hi.load(Relaxed);
+            let wall = if wall { self.wall() } else { None };
+            let tsc = rdtsc();
+            fence(Acquire);
+            if load_after(&p.seq, tsc as u32 as u64) == seq {
+                let add = ((add_hi as u128) << 64) | add_lo as u128;
+                return Ok(Raw {
+                    ns: tsc_map(tsc, mul, add),
+                    floor,
+                    seq,
+                    source: Source::Tsc,
+                    wall,
+                });
+            }
+        }
+        self.sample_slow(rdtsc, wall)
+    }
+
+    /// `boot_wall_ns` if valid (read inside the caller's seqlock window).
+    #[inline(always)]
+    fn wall(&self) -> Option<u64> {
+        let p = self.page;
+        (p.flags.load(Ordering::Relaxed) & FLAG_WALL_VALID != 0)
+            .then(|| p.boot_wall_ns.load(Ordering::Relaxed))
+    }
+
+    /// Every mode, with the remaining retries (the inlined attempt was the
+    /// first of [`READ_ATTEMPTS`]).
+    #[inline(never)]
+    fn sample_slow(&self, rdtsc: &mut impl FnMut() -> u64, wall: bool) -> Result<Raw, AskKernel> {
+        use Ordering::{Acquire, Relaxed};
+        let p = self.page;
+        for _ in 1..READ_ATTEMPTS {
             let seq = p.seq.load(Relaxed);
             fence(Acquire);
             if seq & 1 == 0 {
                 let mode = p.mode.load(Relaxed);
                 let floor = p.floor_ns.load(Relaxed);
-                let (flags, boot_wall) = if wall {
-                    (p.flags.load(Relaxed), p.boot_wall_ns.load(Relaxed))
-                } else {
-                    (0, 0)
-                };
-                let value = self.evaluate(mode, rdtsc);
+                let wall = if wall { self.wall() } else { None };
+                let mut last_tsc = 0;
+                let value = self.evaluate(mode, &mut || {
+                    last_tsc = rdtsc();
+                    last_tsc
+                });
                 fence(Acquire);
-                if p.seq.load(Relaxed) == seq {
-                    return value.map(|(ns, source)| {
-                        let clock_ns = if ns < floor { floor } else { ns };
-                        Reading {
-                            clock_ns,
-                            unix_ns: (flags & FLAG_WALL_VALID != 0)
-                                .then(|| boot_wall.wrapping_add(clock_ns)),
-                            source,
-                            seq,
-                        }
+                if load_after(&p.seq, last_tsc) == seq {
+                    return value.map(|(ns, source)| Raw {
+                        ns,
+                        floor,
+                        seq,
+                        source,
+                        wall,
                     });
                 }
             }
@@ -320,10 +361,10 @@ impl<'a> UserClock<'a> {
         Err(AskKernel::Busy)
     }
 
-    /// The current state's time before the floor. Loads fields relaxed: the
-    /// caller re-checks the sequence before trusting anything, including an
-    /// error (a torn mode or index is only ever bounds-checked, never
-    /// dereferenced blindly).
+    /// The current state's time before the floor, for any mode. Loads
+    /// fields relaxed: the caller re-checks the sequence before trusting
+    /// anything, including an error (a torn mode or index is only ever
+    /// bounds-checked, never dereferenced blindly).
     #[inline(always)]
     pub(crate) fn evaluate(
         &self,
@@ -332,14 +373,26 @@ impl<'a> UserClock<'a> {
     ) -> Result<(u64, Source), AskKernel> {
         use Ordering::Relaxed;
         let p = self.page;
+        if mode == MODE_TSC {
+            let mul = p.tsc_mul.load(Relaxed);
+            let add =
+                ((p.tsc_add_hi.load(Relaxed) as u128) << 64) | p.tsc_add_lo.load(Relaxed) as u128;
+            return Ok((tsc_map(rdtsc(), mul, add), Source::Tsc));
+        }
+        self.evaluate_other(mode, rdtsc)
+    }
+
+    /// [`evaluate`](Self::evaluate) for every mode but the TSC's, out of
+    /// line so that the TSC path stays small.
+    #[inline(never)]
+    fn evaluate_other(
+        &self,
+        mode: u32,
+        rdtsc: &mut impl FnMut() -> u64,
+    ) -> Result<(u64, Source), AskKernel> {
+        use Ordering::Relaxed;
+        let p = self.page;
         match mode {
-            MODE_TSC => {
-                let mul = p.tsc_mul.load(Relaxed);
-                let add = ((p.tsc_add_hi.load(Relaxed) as u128) << 64)
-                    | p.tsc_add_lo.load(Relaxed) as u128;
-                let tsc = rdtsc();
-                Ok((tsc_map(tsc, mul, add), Source::Tsc))
-            }
             MODE_PVCLOCK => {
                 let offset = p.pv_offset_ns.load(Relaxed);
                 let area = self
@@ -374,6 +427,32 @@ impl<'a> UserClock<'a> {
 #[inline(always)]
 pub const fn tsc_map(tsc: u64, mul: u64, add: u128) -> u64 {
     ((tsc as u128 * mul as u128).wrapping_add(add) >> 64) as u64
+}
+
+/// One consistent sample of a state, before the floor is applied.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Raw {
+    /// The state's time (not yet raised to the floor).
+    pub(crate) ns: u64,
+    /// The state's floor.
+    pub(crate) floor: u64,
+    /// The (even) sequence it was read under.
+    pub(crate) seq: u32,
+    pub(crate) source: Source,
+    /// `boot_wall_ns` when valid (and asked for).
+    pub(crate) wall: Option<u64>,
+}
+
+impl Raw {
+    fn reading(self) -> Reading {
+        let clock_ns = self.ns.max(self.floor);
+        Reading {
+            clock_ns,
+            unix_ns: self.wall.map(|w| w.wrapping_add(clock_ns)),
+            source: self.source,
+            seq: self.seq,
+        }
+    }
 }
 
 /// The header fields a view caches.
@@ -422,12 +501,18 @@ impl Header {
 pub struct ClockReader<'a> {
     clock: UserClock<'a>,
     last: u64,
+    /// The sequence whose floor `last` already covers (odd: none yet).
+    seq: u32,
 }
 
 impl<'a> ClockReader<'a> {
     /// A handle on `clock` that has returned nothing yet.
     pub const fn new(clock: UserClock<'a>) -> ClockReader<'a> {
-        ClockReader { clock, last: 0 }
+        ClockReader {
+            clock,
+            last: 0,
+            seq: 1,
+        }
     }
 
     /// Nanoseconds on the kernel clock's timeline, never less than this
@@ -436,9 +521,16 @@ impl<'a> ClockReader<'a> {
     /// [`now_or_else`](Self::now_or_else)).
     #[inline]
     pub fn now(&mut self) -> Result<u64, AskKernel> {
-        let ns = self.clock.now()?;
-        if ns > self.last {
-            self.last = ns;
+        let tsc = self.clock.tsc;
+        let raw = self.clock.sample(&mut move || tsc.read(), false)?;
+        // A state's floor only changes with its sequence: fold it into
+        // `last` once per publication, keeping one compare on the path.
+        if raw.seq != self.seq {
+            self.seq = raw.seq;
+            self.last = self.last.max(raw.floor);
+        }
+        if raw.ns > self.last {
+            self.last = raw.ns;
         }
         Ok(self.last)
     }

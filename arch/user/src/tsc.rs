@@ -7,14 +7,15 @@
 //! OS that sets TSD must not publish TSC-based states).
 
 use core::arch::asm;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 /// How a TSC read is ordered after the loads before it (the clock page
 /// names it, the kernel picks it the way `clockhal_x86::Native` does).
 ///
-/// Every variant also keeps later loads from running before the counter is
-/// read (a trailing `lfence` for `rdtscp`; `lfence`/`mfence` already
-/// dispatch-serialise the plain `rdtsc`), so a seqlock re-check after the
-/// read really comes after it.
+/// Later loads are *not* held back by the instruction itself; the readers'
+/// seqlock re-checks, which must follow the counter read, load from an
+/// address that depends on the value read (cheaper than a trailing
+/// `lfence`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum TscRead {
@@ -23,8 +24,8 @@ pub enum TscRead {
     /// `mfence; rdtsc` (AMD/Hygon when `rdtscp` is missing: LFENCE is only
     /// dispatch-serialising there when the OS set `DE_CFG[1]`).
     MfenceRdtsc = 1,
-    /// `rdtscp; lfence` (where CPUID offers RDTSCP: the cheapest ordered
-    /// read on current CPUs).
+    /// `rdtscp` (where CPUID offers RDTSCP: the cheapest ordered read on
+    /// current CPUs).
     Rdtscp = 2,
 }
 
@@ -61,7 +62,7 @@ impl TscRead {
         }
     }
 
-    /// Reads the TSC, ordered after earlier loads and before later ones.
+    /// Reads the TSC, ordered after earlier loads.
     ///
     /// [`TscRead::Rdtscp`] on a CPU without RDTSCP raises #UD (the OS ends
     /// the process): use the method the clock page names, or [`detect`](Self::detect).
@@ -70,12 +71,12 @@ impl TscRead {
         let (lo, hi): (u32, u32);
         match self {
             TscRead::Rdtscp => {
-                // SAFETY: rdtscp and lfence only read the counter and
-                // TSC_AUX into registers; no memory is touched. Without the
-                // `nomem` option the compiler keeps memory accesses on their
-                // side of the read, as the seqlock needs.
+                // SAFETY: rdtscp only reads the counter and TSC_AUX into
+                // registers; no memory is touched. Without the `nomem`
+                // option the compiler keeps memory accesses on their side of
+                // the read, as the seqlock needs.
                 unsafe {
-                    asm!("rdtscp", "lfence", out("eax") lo, out("edx") hi, out("ecx") _,
+                    asm!("rdtscp", out("eax") lo, out("edx") hi, out("ecx") _,
                         options(nostack, preserves_flags));
                 }
             }
@@ -96,6 +97,29 @@ impl TscRead {
         }
         ((hi as u64) << 32) | lo as u64
     }
+}
+
+/// `cell.load(Relaxed)`, performed only once `after` is known: the load's
+/// address depends on `after` (through an `and` with 0, which — unlike
+/// `xor r, r` — CPUs do not treat as dependency-breaking), so it cannot run
+/// before the instruction that produced `after`. The seqlocks use it to
+/// re-check their sequence after the TSC read without a fence.
+#[inline(always)]
+pub(crate) fn load_after(cell: &AtomicU32, after: u64) -> u32 {
+    let mut addr = cell as *const AtomicU32;
+    // The pointer is only added to, never dereferenced, inside the asm.
+    #[allow(clippy::pointers_in_nomem_asm_block)]
+    // SAFETY: register arithmetic only: `zero = after & 0`, `addr += zero`.
+    // Done in one asm block so that the compiler cannot see that `addr` is
+    // unchanged and load from `cell` directly (which would drop the
+    // dependency).
+    unsafe {
+        asm!("and {z}, 0", "add {a}, {z}", z = inout(reg) after => _, a = inout(reg) addr,
+            options(pure, nomem, nostack));
+    }
+    // SAFETY: `addr` is `cell`'s address plus 0: a valid, aligned
+    // reference for as long as `cell`'s borrow.
+    unsafe { &*addr }.load(Ordering::Relaxed)
 }
 
 /// CPUID `leaf` (subleaf 0): `(eax, ebx, ecx, edx)`.

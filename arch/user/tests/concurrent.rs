@@ -9,7 +9,7 @@
 //! - never below the kernel clock's value published before the read, and
 //!   (every 64 reads) never above the kernel clock read after it: the page
 //!   agrees with the kernel's own notion of time;
-//! - within 1 ms of the nominal timeline `T(tsc)` the kernel steers
+//! - within 5 ms of the nominal timeline `T(tsc)` the kernel steers
 //!   towards. Consecutive states are built to differ grossly in their raw
 //!   fields (rates 100+ ppm apart, pvclock areas with unrelated host bases),
 //!   so a reading mixing two states is off by far more than that.
@@ -43,7 +43,7 @@ const TARGET_EVENTS: u64 = 20_000;
 /// Gives up after this long (a slow machine still checks what it did).
 const MAX_RUN: Duration = Duration::from_secs(60);
 /// How far a reading may be from the nominal timeline.
-const BAND_NS: u64 = 1_000_000;
+const BAND_NS: u64 = 5_000_000;
 
 #[repr(C, align(4096))]
 struct Window {
@@ -302,9 +302,9 @@ impl Kernel {
         // returned instant and takes its time to switch, while user programs
         // keep reading the old state): the page's floor must then hold
         // readers where they were.
-        let stall = s.rng.below(128) == 0;
+        let stall = s.rng.below(256) == 0;
         if stall {
-            now -= s.rng.below(4_000);
+            now -= 5_000 + s.rng.below(15_000);
         }
         let tsc_mapping = |mul| match PageSource::tsc_anchored(mul, tsc, now) {
             PageSource::Tsc { mul, add } => (mul, add),
@@ -342,7 +342,7 @@ impl Kernel {
             }
         };
         if stall {
-            let until = Instant::now() + Duration::from_nanos(s.rng.below(2_000));
+            let until = Instant::now() + Duration::from_nanos(5_000 + s.rng.below(15_000));
             while Instant::now() < until {
                 std::hint::spin_loop();
             }
@@ -495,14 +495,18 @@ impl Kernel {
                 self.hv_set_valid(&mut s, valid);
             }
             _ => {
-                // Nothing but time passing; restore what was withdrawn.
-                for i in 0..AREAS {
-                    if !s.pv_stable[i] {
-                        self.pv_set_stable(&mut s, i, true);
+                // Mostly nothing but time passing; now and then the host
+                // restores what it withdrew (windows of tens of events, so
+                // that readers meet them whatever the scheduling).
+                if s.rng.below(8) == 0 {
+                    for i in 0..AREAS {
+                        if !s.pv_stable[i] {
+                            self.pv_set_stable(&mut s, i, true);
+                        }
                     }
-                }
-                if !s.hv_valid {
-                    self.hv_set_valid(&mut s, true);
+                    if !s.hv_valid {
+                        self.hv_set_valid(&mut s, true);
+                    }
                 }
             }
         }
@@ -723,6 +727,6 @@ fn readers_never_see_torn_or_backward_time_while_the_kernel_switches() {
         ("ask: pvclock not stable", all.ask_pv_not_stable),
         ("ask: hyperv invalid", all.ask_hv_invalid),
     ] {
-        assert!(n >= 1_000, "{what}: only {n} reads: {all:?}");
+        assert!(n >= 200, "{what}: only {n} reads: {all:?}");
     }
 }

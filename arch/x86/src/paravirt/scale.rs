@@ -3,8 +3,9 @@
 //! play the host). The guest side lives in `clockhal_user::paravirt`.
 
 use super::HV_REFERENCE_HZ;
+// For the doc link below.
 #[cfg(doc)]
-use super::hv_sequence_valid; // linked from the docs below
+use super::hv_sequence_valid;
 
 /// The pvclock `(mul, shift)` a KVM host publishes for a TSC of `tsc_hz` Hz
 /// (Linux's `kvm_get_time_scale(NSEC_PER_SEC, tsc_hz)`): the TSC delta is
