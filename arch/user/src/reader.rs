@@ -496,8 +496,9 @@ impl Header {
 /// changes, migrations between CPUs and hypervisor updates alike.
 ///
 /// One per thread (it is `Send`, and `&mut` to read): no shared write, so
-/// a read costs what the page read costs plus one compare.
-#[derive(Clone, Copy, Debug)]
+/// a read costs what the page read costs plus one compare. Not `Copy`: a
+/// copy would keep its own last value.
+#[derive(Clone, Debug)]
 pub struct ClockReader<'a> {
     clock: UserClock<'a>,
     last: u64,
