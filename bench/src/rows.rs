@@ -69,6 +69,8 @@ pub fn build(hw: Native, tsc_hz: u64, live: Option<LivePvclock>, cpus: usize) ->
             Err("needs 2 CPUs".into())
         },
     );
+    const USER: &str = "clockhal-user clock page (ClockReader::now, TSC state)";
+    push(USER, user_page_row(USER, tsc_hz));
     const HV: &str = "clockhal Hyper-V page -> ns";
     push(
         HV,
@@ -193,6 +195,37 @@ fn facade_row(name: &str, tsc_hz: u64) -> Result<Row, String> {
         return Err(format!("hosted mode chose {}", clock.source_name()));
     }
     Ok(Row::new(name, move || clock.now()))
+}
+
+/// What a user program pays per clock read through the OS's clock page
+/// (`clockhal-user`) on a TSC-based state: a [`ClockReader`] over a page in
+/// TSC mode at the real rate, read with the page's TSC method (`rdtscp`
+/// where CPUID has it), as a process reads its read-only mapping.
+///
+/// [`ClockReader`]: clockhal_user::ClockReader
+fn user_page_row(name: &str, tsc_hz: u64) -> Result<Row, String> {
+    use clockhal_user::{
+        tsc_mul, ClockPage, ClockPageWriter, ClockReader, PageSource, Publication, TscRead,
+        UserClock, WindowLayout,
+    };
+    let page: &'static ClockPage = Box::leak(Box::new(ClockPage::new()));
+    let tsc = TscRead::detect();
+    let writer = ClockPageWriter::new(page, WindowLayout::CLOCK_PAGE_ONLY, &[], None, tsc)
+        .map_err(|e| e.to_string())?;
+    let mul = tsc_mul(tsc_hz, 1).ok_or("TSC at or below 1 GHz: no TSC page state")?;
+    writer
+        .publish(&Publication {
+            source: PageSource::tsc_anchored(mul, tsc.read(), 0),
+            floor_ns: 0,
+            boot_wall_ns: None,
+        })
+        .map_err(|e| e.to_string())?;
+    let clock = UserClock::new(page, &[], None).map_err(|e| e.to_string())?;
+    let mut reader = ClockReader::new(clock);
+    if reader.now().is_err() {
+        return Err("the page did not answer in TSC mode".into());
+    }
+    Ok(Row::new(name, move || reader.now().unwrap_or(0)))
 }
 
 /// Which kvmclock read path a row times.

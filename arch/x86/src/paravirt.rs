@@ -3,6 +3,9 @@
 //! The layouts are ABI (Linux `pvclock-abi.h`, the Hyper-V TLFS) and are
 //! declared with atomics: the hypervisor writes them behind the compiler's
 //! back, so every field access is an atomic load, and backends stay safe.
+//! The pvclock and Hyper-V page layouts and the guest-side arithmetic are
+//! re-exported from `clockhal_user::paravirt` (dependency-free, so that user
+//! programs reading the OS's clock page share the same copy).
 //! Handing memory to the hypervisor is the one unsafe act; it happens through
 //! [`PhysMapped`], which the OS creates.
 //!
@@ -14,84 +17,15 @@ use crate::{Hardware, Msr};
 
 mod scale;
 
-use core::sync::atomic::{AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8};
-pub use scale::{
-    hv_next_sequence, hv_reference_scale, hv_scale_tsc, hv_sequence_valid, hv_tsc_hz_from_scale,
-    pvclock_scale_delta, pvclock_time_scale, HV_REFERENCE_HZ,
+use core::sync::atomic::AtomicU32;
+// Layouts and guest-side arithmetic: one copy, shared with user programs.
+pub use clockhal_user::paravirt::{
+    hv_scale_tsc, hv_scale_valid, hv_sequence_valid, hv_tsc_hz_from_scale, pvclock_params_valid,
+    pvclock_scale_delta, pvclock_tsc_hz_ratio, HvReferenceTscPage, PvclockVcpuTimeInfo,
+    HV_NS_PER_UNIT, HV_REFERENCE_HZ, PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
 };
-use static_assertions::{assert_eq_size, const_assert_eq};
-
-/// `pvclock_vcpu_time_info`: one per vCPU, 32 bytes, written by KVM.
-///
-/// 32-byte alignment keeps an area inside one page, as the ABI requires.
-#[repr(C, align(32))]
-#[derive(Debug, Default)]
-pub struct PvclockVcpuTimeInfo {
-    /// Odd while the host updates the area.
-    pub version: AtomicU32,
-    /// Padding.
-    pub pad0: AtomicU32,
-    /// TSC value at `system_time`.
-    pub tsc_timestamp: AtomicU64,
-    /// Nanoseconds at `tsc_timestamp`.
-    pub system_time: AtomicU64,
-    /// 32.32 fixed-point multiplier from (shifted) TSC ticks to ns.
-    pub tsc_to_system_mul: AtomicU32,
-    /// Pre-shift of the TSC delta (negative: right shift).
-    pub tsc_shift: AtomicI8,
-    /// [`PVCLOCK_TSC_STABLE_BIT`] | [`PVCLOCK_GUEST_STOPPED`].
-    pub flags: AtomicU8,
-    /// Padding.
-    pub pad: [AtomicU8; 2],
-}
-
-/// `flags` bit: the host guarantees a TSC-stable, cross-vCPU-consistent clock
-/// (trust it only when CPUID grants `CLOCKSOURCE_STABLE_BIT`).
-pub const PVCLOCK_TSC_STABLE_BIT: u8 = 1 << 0;
-/// `flags` bit: the host paused the guest; the guest clears it.
-pub const PVCLOCK_GUEST_STOPPED: u8 = 1 << 1;
-
-assert_eq_size!(PvclockVcpuTimeInfo, [u8; 32]);
-const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_timestamp), 8);
-const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, system_time), 16);
-const_assert_eq!(
-    core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_to_system_mul),
-    24
-);
-const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_shift), 28);
-const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, flags), 29);
-
-impl PvclockVcpuTimeInfo {
-    /// Writes the area as a KVM host does: version odd while the fields
-    /// change, even after (an update left open, odd, is finished rather than
-    /// restarted). A guest never writes the area; this is for simulators,
-    /// benchmarks and tests that play the host.
-    pub fn publish(&self, tsc_timestamp: u64, system_time: u64, mul: u32, shift: i8, flags: u8) {
-        use core::sync::atomic::Ordering::{Release, SeqCst};
-        let odd = self.version.load(SeqCst) | 1;
-        self.version.store(odd, SeqCst);
-        self.tsc_timestamp.store(tsc_timestamp, Release);
-        self.system_time.store(system_time, Release);
-        self.tsc_to_system_mul.store(mul, Release);
-        self.tsc_shift.store(shift, Release);
-        self.flags.store(flags, Release);
-        self.version.store(odd.wrapping_add(1), SeqCst);
-    }
-
-    /// A zeroed area (version 0, mul 0: "not yet written").
-    pub const fn new() -> Self {
-        PvclockVcpuTimeInfo {
-            version: AtomicU32::new(0),
-            pad0: AtomicU32::new(0),
-            tsc_timestamp: AtomicU64::new(0),
-            system_time: AtomicU64::new(0),
-            tsc_to_system_mul: AtomicU32::new(0),
-            tsc_shift: AtomicI8::new(0),
-            flags: AtomicU8::new(0),
-            pad: [AtomicU8::new(0), AtomicU8::new(0)],
-        }
-    }
-}
+pub use scale::{hv_next_sequence, hv_reference_scale, pvclock_time_scale};
+use static_assertions::assert_eq_size;
 
 /// One 4 KiB page of pvclock areas, one per vCPU (128): page-aligned, so a
 /// single physical frame holds them all and area `i` is at the page's
@@ -137,37 +71,6 @@ impl PhysMapped<PvclockPage> {
     }
 }
 
-/// The exact TSC rate a pvclock area's `tsc_to_system_mul`/`tsc_shift`
-/// describe, as `(numerator, denominator)` Hz (feed it to
-/// `clockhal_core::Frequency::from_ratio`).
-///
-/// The area converts `d` ticks to `(d·2^shift · mul) / 2^32` ns, so one tick
-/// is `mul·2^shift / 2^32` ns and the rate is `10^9·2^32 / (mul·2^shift)` Hz
-/// (FreeBSD's `pvclock_tsc_freq`, kept as a fraction instead of rounded).
-///
-/// `None` for values no host writes: `mul == 0` ("not yet written") or
-/// `|shift| > 32`. Both parts stay below 2^95.
-///
-/// ```
-/// use clockhal_x86::paravirt::pvclock_tsc_hz_ratio;
-/// // A 2 GHz TSC: 0.5 ns per tick = 2^31 / 2^32 with shift 0.
-/// let (num, den) = pvclock_tsc_hz_ratio(1 << 31, 0).unwrap();
-/// assert_eq!(num / den, 2_000_000_000);
-/// assert_eq!(pvclock_tsc_hz_ratio(0, 0), None);
-/// assert_eq!(pvclock_tsc_hz_ratio(1 << 31, 40), None);
-/// ```
-pub const fn pvclock_tsc_hz_ratio(mul: u32, shift: i8) -> Option<(u128, u128)> {
-    if mul == 0 || shift < -32 || shift > 32 {
-        return None;
-    }
-    let num = 1_000_000_000u128 << 32;
-    if shift >= 0 {
-        Some((num, (mul as u128) << shift))
-    } else {
-        Some((num << -shift, mul as u128))
-    }
-}
-
 /// `pvclock_wall_clock`, 12 bytes: the boot time in wall-clock seconds,
 /// written when the wall-clock MSR is written.
 #[repr(C, align(4))]
@@ -191,61 +94,6 @@ impl PvclockWallClock {
             sec: AtomicU32::new(0),
             nsec: AtomicU32::new(0),
         }
-    }
-}
-
-/// Hyper-V reference TSC page (one 4 KiB page).
-///
-/// `time = ((tsc * scale) >> 64) + offset` in 100 ns units while
-/// `sequence` is neither 0 nor `0xFFFF_FFFF`.
-#[repr(C, align(4096))]
-#[derive(Debug)]
-pub struct HvReferenceTscPage {
-    /// Changes on every update; 0 (or the old 0xFFFFFFFF) = invalid.
-    pub sequence: AtomicU32,
-    /// Reserved.
-    pub reserved0: AtomicU32,
-    /// 64.64 fixed-point multiplier.
-    pub scale: AtomicU64,
-    /// Signed offset in 100 ns units.
-    pub offset: AtomicI64,
-    /// Rest of the page (reserved).
-    pub reserved: [AtomicU64; 509],
-}
-
-assert_eq_size!(HvReferenceTscPage, [u8; 4096]);
-const_assert_eq!(core::mem::align_of::<HvReferenceTscPage>(), 4096);
-const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, scale), 8);
-const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, offset), 16);
-
-impl HvReferenceTscPage {
-    /// Writes the page as Hyper-V does: sequence 0 (invalid) while `scale`
-    /// and `offset` change, then `sequence` (see
-    /// [`hv_next_sequence`]). For simulators, benchmarks and tests that play
-    /// the host.
-    pub fn publish(&self, sequence: u32, scale: u64, offset: i64) {
-        use core::sync::atomic::Ordering::{Release, SeqCst};
-        self.sequence.store(0, SeqCst);
-        self.scale.store(scale, Release);
-        self.offset.store(offset, Release);
-        self.sequence.store(sequence, SeqCst);
-    }
-
-    /// A zeroed (invalid) page.
-    pub const fn new() -> Self {
-        HvReferenceTscPage {
-            sequence: AtomicU32::new(0),
-            reserved0: AtomicU32::new(0),
-            scale: AtomicU64::new(0),
-            offset: AtomicI64::new(0),
-            reserved: [const { AtomicU64::new(0) }; 509],
-        }
-    }
-}
-
-impl Default for HvReferenceTscPage {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

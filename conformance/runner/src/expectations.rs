@@ -24,6 +24,9 @@ pub enum Expect {
     Selected,
     /// Present, and its cross-CPU (warp) check ran and passed.
     CrossCpuPass,
+    /// Its user clock page check (`user-page`: read in ring 3 while the
+    /// kernel switches sources) ran and passed.
+    UserPagePass,
 }
 
 impl Expect {
@@ -34,6 +37,7 @@ impl Expect {
             Expect::Absent => "absent",
             Expect::Selected => "selected",
             Expect::CrossCpuPass => "cross-cpu pass",
+            Expect::UserPagePass => "user-page pass",
         }
     }
 }
@@ -97,6 +101,10 @@ const HPET_TCG: &str = "the watchdog's reference for the supervised TSC (250, tr
 const HPET_KVM: &str =
     "no kvmclock, TSC not invariant without +invtsc (-100): the HPET (250) is next";
 const SMP: &str = "two vCPUs: the warp test must run, and pass, on both";
+const USER_TSC: &str =
+    "ring 3 reads the TSC through the user clock page while the kernel switches sources and rates";
+const USER_KVMCLOCK: &str =
+    "ring 3 reads the mapped kvmclock area through the user clock page (stable bit trusted)";
 
 /// The expectation table.
 #[rustfmt::skip]
@@ -106,6 +114,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-q35", "hyperv-page", Absent, NO_HV),
     row("tcg-q35", "hyperv-msr", Absent, NO_HV),
     row("tcg-q35", "tsc", Selected, TSC_TCG),
+    row("tcg-q35", "tsc", UserPagePass, USER_TSC),
     row("tcg-q35", "hpet", Present, HPET_TCG),
     row("tcg-q35", "acpi-pm", Present, PM),
     // ---- TCG pc (qemu64 CPU) -------------------------------------------
@@ -113,6 +122,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-pc", "hyperv-page", Absent, NO_HV),
     row("tcg-pc", "hyperv-msr", Absent, NO_HV),
     row("tcg-pc", "tsc", Selected, TSC_TCG),
+    row("tcg-pc", "tsc", UserPagePass, USER_TSC),
     row("tcg-pc", "hpet", Present, HPET_TCG),
     row("tcg-pc", "acpi-pm", Present, PM),
     // ---- TCG pc, hpet=off ----------------------------------------------
@@ -120,6 +130,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-pc-nohpet", "hyperv-page", Absent, NO_HV),
     row("tcg-pc-nohpet", "hyperv-msr", Absent, NO_HV),
     row("tcg-pc-nohpet", "tsc", Selected, TSC_TCG),
+    row("tcg-pc-nohpet", "tsc", UserPagePass, USER_TSC),
     row("tcg-pc-nohpet", "hpet", Absent, "hpet=off removes the HPET and its ACPI table"),
     row("tcg-pc-nohpet", "acpi-pm", Present, "no HPET: the PM timer is the supervised TSC's reference"),
     // ---- TCG microvm: nothing clockhal can use -------------------------
@@ -134,22 +145,27 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-q35-smp2", "hyperv-page", Absent, NO_HV),
     row("tcg-q35-smp2", "hyperv-msr", Absent, NO_HV),
     row("tcg-q35-smp2", "tsc", Present, "two vCPUs: TCG's round-robin vCPUs hand the warp test's line over only ~20 times per 0.1 s, too few to prove the TSCs in step, so not selected (Linux: unsynchronized, hpet)"),
+    row("tcg-q35-smp2", "tsc", UserPagePass, USER_TSC),
     row("tcg-q35-smp2", "tsc", CrossCpuPass, SMP),
     row("tcg-q35-smp2", "hpet", Selected, "the TSC is not proven in step across the vCPUs: the HPET (250) outranks the PM timer (150)"),
     row("tcg-q35-smp2", "hpet", CrossCpuPass, SMP),
     row("tcg-q35-smp2", "acpi-pm", CrossCpuPass, SMP),
     // ---- KVM q35 -------------------------------------------------------
     row("kvm-q35", "kvmclock", Selected, KVMCLOCK_WINS),
+    row("kvm-q35", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-q35", "hyperv-page", Absent, NO_HV),
     row("kvm-q35", "hyperv-msr", Absent, NO_HV),
     row("kvm-q35", "tsc", Present, TSC_PV_RATE),
+    row("kvm-q35", "tsc", UserPagePass, USER_TSC),
     row("kvm-q35", "hpet", Present, HPET),
     row("kvm-q35", "acpi-pm", Present, PM),
     // ---- KVM pc --------------------------------------------------------
     row("kvm-pc", "kvmclock", Selected, KVMCLOCK_WINS),
+    row("kvm-pc", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-pc", "hyperv-page", Absent, NO_HV),
     row("kvm-pc", "hyperv-msr", Absent, NO_HV),
     row("kvm-pc", "tsc", Present, TSC_PV_RATE),
+    row("kvm-pc", "tsc", UserPagePass, USER_TSC),
     row("kvm-pc", "hpet", Present, HPET),
     row("kvm-pc", "acpi-pm", Present, PM),
     // ---- KVM, -kvmclock: selection falls back --------------------------
@@ -157,6 +173,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("kvm-nokvmclock", "hyperv-page", Absent, NO_HV),
     row("kvm-nokvmclock", "hyperv-msr", Absent, NO_HV),
     row("kvm-nokvmclock", "tsc", Present, TSC_KVM_CAL),
+    row("kvm-nokvmclock", "tsc", UserPagePass, USER_TSC),
     row("kvm-nokvmclock", "hpet", Selected, HPET_KVM),
     row("kvm-nokvmclock", "acpi-pm", Present, PM),
     // ---- KVM, kvm=off --------------------------------------------------
@@ -164,28 +181,35 @@ pub const EXPECTATIONS: &[Row] = &[
     row("kvm-kvm-off", "hyperv-page", Absent, NO_HV),
     row("kvm-kvm-off", "hyperv-msr", Absent, NO_HV),
     row("kvm-kvm-off", "tsc", Present, TSC_KVM_CAL),
+    row("kvm-kvm-off", "tsc", UserPagePass, USER_TSC),
     row("kvm-kvm-off", "hpet", Selected, HPET_KVM),
     row("kvm-kvm-off", "acpi-pm", Present, PM),
     // ---- KVM, +invtsc --------------------------------------------------
     row("kvm-invtsc", "kvmclock", Selected, "kvmclock (400) stays first while the guest may migrate (default policy)"),
+    row("kvm-invtsc", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-invtsc", "hyperv-page", Absent, NO_HV),
     row("kvm-invtsc", "hyperv-msr", Absent, NO_HV),
     row("kvm-invtsc", "tsc", Present, "+invtsc adds the invariant bit and leaf 0x40000010: rated 300..=390"),
+    row("kvm-invtsc", "tsc", UserPagePass, USER_TSC),
     row("kvm-invtsc", "hpet", Present, HPET),
     row("kvm-invtsc", "acpi-pm", Present, PM),
     // ---- KVM microvm ---------------------------------------------------
     row("kvm-microvm", "kvmclock", Selected, KVMCLOCK_WINS),
+    row("kvm-microvm", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-microvm", "hyperv-page", Absent, NO_HV),
     row("kvm-microvm", "hyperv-msr", Absent, NO_HV),
     row("kvm-microvm", "tsc", Present, TSC_PV_RATE),
+    row("kvm-microvm", "tsc", UserPagePass, USER_TSC),
     row("kvm-microvm", "hpet", Absent, MICROVM_NO_HPET),
     row("kvm-microvm", "acpi-pm", Absent, MICROVM_NO_PM),
     // ---- KVM q35, 2 vCPUs ----------------------------------------------
     row("kvm-q35-smp2", "kvmclock", Selected, KVMCLOCK_WINS),
+    row("kvm-q35-smp2", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-q35-smp2", "kvmclock", CrossCpuPass, SMP),
     row("kvm-q35-smp2", "hyperv-page", Absent, NO_HV),
     row("kvm-q35-smp2", "hyperv-msr", Absent, NO_HV),
     row("kvm-q35-smp2", "tsc", Present, TSC_PV_RATE),
+    row("kvm-q35-smp2", "tsc", UserPagePass, USER_TSC),
     row("kvm-q35-smp2", "tsc", CrossCpuPass, SMP),
     row("kvm-q35-smp2", "hpet", CrossCpuPass, SMP),
     row("kvm-q35-smp2", "acpi-pm", CrossCpuPass, SMP),

@@ -267,6 +267,9 @@ impl Outcome {
                 Expect::CrossCpuPass => src
                     .and_then(|s| s.check("cross-cpu"))
                     .is_some_and(|c| c.status == Status::Pass),
+                Expect::UserPagePass => src
+                    .and_then(|s| s.check("user-page"))
+                    .is_some_and(|c| c.status == Status::Pass),
             };
             if !ok {
                 let got = match src {
@@ -275,6 +278,10 @@ impl Outcome {
                     Some(s) if row.expect == Expect::CrossCpuPass => match s.check("cross-cpu") {
                         Some(c) => format!("cross-cpu {} ({})", c.status, c.detail),
                         None => "no cross-cpu check".to_string(),
+                    },
+                    Some(s) if row.expect == Expect::UserPagePass => match s.check("user-page") {
+                        Some(c) => format!("user-page {} ({})", c.status, c.detail),
+                        None => "no user-page check".to_string(),
                     },
                     Some(s) => format!("present, selected={} ({})", s.selected as u8, s.reason),
                     None => "not reported".to_string(),
@@ -360,7 +367,8 @@ CHECK source=tsc name=monotonic status=pass value=0 unit=ns detail=ok
 CHECK source=hpet name=monotonic status=pass value=0 unit=ns detail=ok
 CHECK source=acpi-pm name=rate status=pass value=-12 unit=ppm detail=ok
 CHECK source=tsc name=cross-cpu status=skip value=- unit=ns detail=single CPU
-3 passed, 0 failed, 1 skipped
+CHECK source=tsc name=user-page status=pass value=1234 unit=ns detail=ring 3: 20000 reads
+4 passed, 0 failed, 1 skipped
 ";
 
     #[test]
@@ -388,7 +396,7 @@ CHECK source=tsc name=cross-cpu status=skip value=- unit=ns detail=single CPU
     fn deviations_are_reported() {
         let bad = GOOD
             .replace("source=acpi-pm name=rate status=pass", "source=acpi-pm name=rate status=fail")
-            .replace("3 passed, 0 failed", "2 passed, 1 failed")
+            .replace("4 passed, 0 failed", "3 passed, 1 failed")
             .replace("SOURCE name=hpet present=1 quality=250 freq_hz=100000000 flags=mono,smp,trap cost=one-trap selected=0 reason=", "SOURCE name=hpet present=0 reason=no table");
         let o = Outcome::from_output(
             "tcg-q35",
@@ -403,6 +411,24 @@ CHECK source=tsc name=cross-cpu status=skip value=- unit=ns detail=single CPU
         assert!(u.contains("acpi-pm rate failed: -12 ppm (ok)"), "{u}");
         assert!(u.contains("hpet expected present"), "{u}");
         assert!(!u.contains("hpet is present but"), "{u}");
+
+        // The ring-3 clock page check is a row of the table too.
+        let no_user_page = GOOD
+            .replace("CHECK source=tsc name=user-page status=pass value=1234 unit=ns detail=ring 3: 20000 reads\n", "")
+            .replace("4 passed", "3 passed");
+        let o = Outcome::from_output(
+            "tcg-q35",
+            Accel::Tcg,
+            Exit::Code(QEMU_EXIT_SUCCESS),
+            0.1,
+            &no_user_page,
+            String::new(),
+        );
+        let u = o.unexpected.join("\n");
+        assert!(
+            u.contains("tsc expected user-page pass") && u.contains("no user-page check"),
+            "{u}"
+        );
 
         let truncated: String = GOOD.lines().take(5).map(|l| format!("{l}\n")).collect();
         let o = Outcome::from_output(

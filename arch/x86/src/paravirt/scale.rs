@@ -1,86 +1,11 @@
-//! The arithmetic of the paravirtual clock ABIs: pure functions of the
-//! values a hypervisor publishes, total over every input (hostile values
-//! give a defined result, never a panic or an overflow).
+//! The host side of the paravirtual clock ABIs' arithmetic: what a host
+//! writes for a given TSC rate (for simulators, benchmarks and tests that
+//! play the host). The guest side lives in `clockhal_user::paravirt`.
 
-/// Nanoseconds in `delta` TSC ticks for a pvclock `(mul, shift)` pair:
-/// `((delta << shift, or >> -shift) * mul) >> 32`.
-///
-/// The right shift truncates first, exactly as the ABI (and the host's own
-/// computation) does. The left shift is computed without the silent 64-bit
-/// overflow of a C implementation: the result is exact, and saturates at
-/// `u64::MAX` when it does not fit. Defined for every `shift` in `i8`.
-///
-/// ```
-/// use clockhal_x86::paravirt::pvclock_scale_delta;
-/// // 2.6 GHz as KVM encodes it: shift -1, mul = 2^32 * 1e9 / 1.3e9.
-/// let mul = ((1_000_000_000u64 << 32) / 1_300_000_000) as u32;
-/// assert_eq!(pvclock_scale_delta(2_600_000_000, mul, -1), 999_999_999);
-/// assert_eq!(pvclock_scale_delta(u64::MAX, u32::MAX, 127), u64::MAX);
-/// assert_eq!(pvclock_scale_delta(u64::MAX, u32::MAX, -128), 0);
-/// ```
-#[inline(always)]
-pub const fn pvclock_scale_delta(delta: u64, mul: u32, shift: i8) -> u64 {
-    if shift <= 0 {
-        // The common case (TSCs above ~1 GHz): the product is below 2^96,
-        // so `>> 32` always fits and needs no saturation check.
-        let s = shift.unsigned_abs() as u32;
-        let d = if s >= 64 { 0 } else { delta >> s };
-        return ((d as u128 * mul as u128) >> 32) as u64;
-    }
-    // At most 2^96 before the left shift.
-    let p = delta as u128 * mul as u128;
-    let up = shift as u32;
-    let r = if up <= 32 {
-        p >> (32 - up)
-    } else {
-        let l = up - 32;
-        if p != 0 && p.leading_zeros() < l + 64 {
-            // p << l would need more than 64 bits: saturate.
-            return u64::MAX;
-        }
-        p << l
-    };
-    if r > u64::MAX as u128 {
-        u64::MAX
-    } else {
-        r as u64
-    }
-}
-
-/// Hyper-V reference time runs at 10 MHz (100 ns units).
-pub const HV_REFERENCE_HZ: u64 = 10_000_000;
-
-/// Hyper-V reference time from a TSC value and the reference TSC page's
-/// `(scale, offset)`: `((tsc * scale) >> 64) + offset` in 100 ns units,
-/// wrapping as the TLFS arithmetic does (never overflows or panics).
-///
-/// ```
-/// use clockhal_x86::paravirt::hv_scale_tsc;
-/// // 2.4 GHz TSC: scale = 2^64 * 10^7 / 2.4e9.
-/// let scale = ((10_000_000u128 << 64) / 2_400_000_000) as u64;
-/// assert_eq!(hv_scale_tsc(2_400_000_000, scale, 5), 9_999_999 + 5);
-/// ```
-#[inline(always)]
-pub const fn hv_scale_tsc(tsc: u64, scale: u64, offset: i64) -> u64 {
-    (((tsc as u128 * scale as u128) >> 64) as u64).wrapping_add(offset as u64)
-}
-
-/// Whether a reference TSC page `sequence` marks the page valid: neither 0
-/// (current TLFS and Linux) nor `0xFFFF_FFFF` (older TLFS text).
-#[inline(always)]
-pub const fn hv_sequence_valid(sequence: u32) -> bool {
-    sequence != 0 && sequence != u32::MAX
-}
-
-/// The TSC rate a reference TSC page `scale` implies, as an exact fraction
-/// `(numerator, denominator)` in Hz: `10^7 * 2^64 / scale`. `None` for a
-/// zero scale.
-pub const fn hv_tsc_hz_from_scale(scale: u64) -> Option<(u128, u128)> {
-    if scale == 0 {
-        return None;
-    }
-    Some(((HV_REFERENCE_HZ as u128) << 64, scale as u128))
-}
+use super::HV_REFERENCE_HZ;
+// For the doc link below.
+#[cfg(doc)]
+use super::hv_sequence_valid;
 
 /// The pvclock `(mul, shift)` a KVM host publishes for a TSC of `tsc_hz` Hz
 /// (Linux's `kvm_get_time_scale(NSEC_PER_SEC, tsc_hz)`): the TSC delta is
@@ -145,79 +70,6 @@ pub const fn hv_next_sequence(prev: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Reference: the mathematically exact value, in a wide integer
-    /// emulated with (hi, lo) u128 pairs where needed.
-    fn reference(delta: u64, mul: u32, shift: i8) -> u64 {
-        let d: u128 = if shift < 0 {
-            let s = -(shift as i32);
-            if s >= 64 {
-                0
-            } else {
-                (delta >> s) as u128
-            }
-        } else {
-            delta as u128
-        };
-        let p = d * mul as u128;
-        if shift <= 0 {
-            return (p >> 32) as u64;
-        }
-        // p * 2^shift / 2^32; compare bit lengths to detect overflow.
-        let bits = 128 - p.leading_zeros() as i32;
-        if p == 0 {
-            return 0;
-        }
-        if bits + shift as i32 - 32 > 64 {
-            return u64::MAX;
-        }
-        if shift as i32 >= 32 {
-            (p << (shift as i32 - 32)) as u64
-        } else {
-            (p >> (32 - shift as i32)) as u64
-        }
-    }
-
-    #[test]
-    fn every_shift_matches_reference() {
-        let deltas = [
-            0u64,
-            1,
-            2,
-            1000,
-            2_600_000_000,
-            1 << 32,
-            (1 << 40) + 12345,
-            u64::MAX >> 1,
-            u64::MAX,
-        ];
-        let muls = [0u32, 1, 3, 1 << 31, 0xC4EC_4EC4, u32::MAX];
-        for shift in i8::MIN..=i8::MAX {
-            for &d in &deltas {
-                for &m in &muls {
-                    assert_eq!(
-                        pvclock_scale_delta(d, m, shift),
-                        reference(d, m, shift),
-                        "d={d} m={m} s={shift}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn hyperv_math_is_total() {
-        for (t, s, o) in [
-            (u64::MAX, u64::MAX, i64::MIN),
-            (0, 0, i64::MAX),
-            (u64::MAX, 1, -1),
-        ] {
-            let _ = hv_scale_tsc(t, s, o);
-        }
-        assert_eq!(hv_scale_tsc(10, 0, -1), u64::MAX);
-        assert!(!hv_sequence_valid(0) && !hv_sequence_valid(u32::MAX) && hv_sequence_valid(7));
-        assert_eq!(hv_tsc_hz_from_scale(0), None);
-    }
 
     #[test]
     fn host_scales_round_trip_through_the_guest_formulas() {

@@ -97,6 +97,39 @@ pub(crate) fn cr2() -> u64 {
     value
 }
 
+/// Reads CR0.
+pub(crate) fn cr0() -> u64 {
+    let value: u64;
+    // SAFETY: reading CR0 at CPL 0 has no side effects.
+    unsafe { asm!("mov {}, cr0", out(reg) value, options(nomem, nostack, preserves_flags)) };
+    value
+}
+
+/// Reads CR3 (the page-table root).
+pub(crate) fn cr3() -> u64 {
+    let value: u64;
+    // SAFETY: reading CR3 at CPL 0 has no side effects.
+    unsafe { asm!("mov {}, cr3", out(reg) value, options(nomem, nostack, preserves_flags)) };
+    value
+}
+
+/// Loads CR3 (and so flushes the TLB's non-global entries).
+///
+/// # Safety
+/// `value` must point at page tables that map everything the kernel uses
+/// (the current code, stack and data) as before.
+pub(crate) unsafe fn write_cr3(value: u64) {
+    // SAFETY: the caller guarantees the tables keep the kernel mapped.
+    unsafe { asm!("mov cr3, {}", in(reg) value, options(nostack, preserves_flags)) };
+}
+
+/// Drops the TLB entry of the page holding `addr` on this CPU.
+pub(crate) fn invlpg(addr: u64) {
+    // SAFETY: invalidating a TLB entry only makes the next access walk the
+    // page tables again; it changes no mapping.
+    unsafe { asm!("invlpg [{}]", in(reg) addr, options(nostack, preserves_flags)) };
+}
+
 /// Stops this CPU for good (interrupts off, HLT forever).
 pub(crate) fn halt_forever() -> ! {
     loop {

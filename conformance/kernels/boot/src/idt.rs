@@ -1,7 +1,9 @@
 //! Exception handling: an IDT for vectors 0..31 shared by all CPUs.
 //!
 //! #GP and #UD at an MSR-probe instruction resume at the probe's fault stub
-//! (see [`crate::msr`]). Every other exception prints the vector, error code,
+//! (see [`crate::msr`]); every exception at CPL3 goes to [`crate::ring3`]
+//! (its system calls, and ring-3 faults, which end that run). Every other
+//! exception prints the vector, error code,
 //! RIP, CR2 and CPU and exits QEMU with [`EXIT_FAILURE`](crate::EXIT_FAILURE).
 //! Interrupts stay disabled throughout: there are no IRQ vectors.
 
@@ -139,6 +141,27 @@ static REPORTING: AtomicBool = AtomicBool::new(false);
 
 #[unsafe(no_mangle)]
 extern "C" fn clockhal_boot_exception(frame: &mut ExceptionFrame) {
+    if frame.cs & 3 == 3 {
+        // An exception in ring 3 (a system call or a fault): the kernel
+        // continues where it entered ring 3 (see ring3).
+        let k = crate::ring3::user_trap(&crate::ring3::Trap {
+            vector: frame.vector,
+            error: frame.error,
+            rip: frame.rip,
+            rsp: frame.rsp,
+            rflags: frame.rflags,
+            rax: frame.rax,
+            rdi: frame.rdi,
+            rsi: frame.rsi,
+            rdx: frame.rdx,
+        });
+        frame.rip = k.rip;
+        frame.cs = k.cs;
+        frame.rflags = k.rflags;
+        frame.rsp = k.rsp;
+        frame.ss = k.ss;
+        return;
+    }
     if frame.vector == GP || frame.vector == UD {
         if let Some(resume) = msr::fixup_for(frame.rip) {
             frame.rip = resume;

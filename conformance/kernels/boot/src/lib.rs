@@ -10,6 +10,8 @@
 //!   `isa-debug-exit`, and a panic handler;
 //! * an IDT for vectors 0..31 whose #GP/#UD handler recovers [`try_rdmsr`] and
 //!   [`try_wrmsr`]; any other exception is reported and fails the run;
+//! * ring 3: [`ring3::init`], [`ring3::enter`] / [`ring3::resume`] run a
+//!   function of the image at CPL3 until its next system call or fault;
 //! * SMP: [`smp::start_aps`] (INIT-SIPI-SIPI for the CPUs in the ACPI MADT),
 //!   per-CPU mailboxes ([`smp::run_on`], [`smp::post`]) and a one-load
 //!   [`smp::current_cpu`].
@@ -47,6 +49,7 @@ mod paging;
 mod panic;
 mod percpu;
 mod phys;
+pub mod ring3;
 pub mod serial;
 pub mod smp;
 mod stack;

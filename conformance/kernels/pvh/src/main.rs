@@ -3,7 +3,8 @@
 //! Boots under QEMU (PVH, via clockhal-boot), starts the other vCPUs, runs
 //! the TSC warp test, probes every clockhal backend through the facade
 //! (kvmclock registered on every vCPU), runs the conformance suite on every
-//! constructed source, and prints the result lines that `clockhal-matrix`
+//! constructed source, reads the user clock page from ring 3 while switching
+//! sources ([`userpage`]), and prints the result lines that `clockhal-matrix`
 //! parses (format: `clockhal_conformance::line`). Exits through
 //! isa-debug-exit: success only when no check failed.
 #![no_std]
@@ -13,6 +14,8 @@
 
 mod cpus;
 mod table;
+mod userpage;
+mod userprog;
 
 use clockhal::x86::paravirt::{PhysMapped, PvclockVcpuTimeInfo};
 use clockhal::x86::{Hardware, MmioRegion, OffsetMapping};
@@ -160,7 +163,7 @@ fn kmain(info: &'static BootInfo) -> ! {
 
     let cycles = || hw.rdtsc_ordered();
     let mut costs: [Option<u64>; 6] = [None; 6];
-    let summary = Suite::new(list, reference, &cycles)
+    let mut summary = Suite::new(list, reference, &cycles)
         .config(Config::default())
         .cpus(&cpus::BootCpus)
         .selected(selected)
@@ -175,6 +178,15 @@ fn kmain(info: &'static BootInfo) -> ! {
             }
             let _ = line::write_check(&mut clockhal_boot::serial::lock(), r);
         });
+
+    // The user clock page, read in ring 3 while the kernel switches sources.
+    let pvclock_phys = PVCLOCK.0.as_ptr() as u64;
+    for status in userpage::run(hw, clock.as_ref(), report, &PVCLOCK.0, pvclock_phys)
+        .into_iter()
+        .flatten()
+    {
+        summary.add(status);
+    }
 
     print_sources(report);
     let _ = table::write(&mut clockhal_boot::serial::lock(), report, &costs);

@@ -1,0 +1,287 @@
+//! The kernel side: [`ClockPageWriter::publish`], one call per clock event.
+
+use crate::abi::{
+    AskReason, ClockPage, WindowLayout, FLAG_WALL_VALID, MAGIC, MODE_ASK_KERNEL, MODE_HYPERV,
+    MODE_PVCLOCK, MODE_TSC, V1_SIZE, VERSION,
+};
+use crate::paravirt::{HvReferenceTscPage, PvclockVcpuTimeInfo};
+use crate::reader::{PageError, UserClock};
+use crate::TscRead;
+use core::fmt;
+use core::sync::atomic::{fence, Ordering};
+
+/// What the page should map user reads onto.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageSource {
+    /// `clock_ns = high64(tsc * mul + add)` (see [`tsc_map`](crate::tsc_map);
+    /// build it with [`PageSource::tsc_anchored`]). Needs a TSC faster than
+    /// 1 GHz (`mul` is below one ns per tick) that is synchronised across
+    /// CPUs.
+    Tsc {
+        /// 64.64 fixed-point ns per tick ([`tsc_mul`]).
+        mul: u64,
+        /// 128-bit addend.
+        add: u128,
+    },
+    /// `clock_ns = pvclock_ns(area) + offset_ns` (wrapping), on the pvclock
+    /// area at index `area` of the window's pvclock page. Publish it only
+    /// when the kernel trusts the area's stable flag (KVM's CPUID
+    /// `CLOCKSOURCE_STABLE_BIT`); readers also require the flag on every
+    /// read and ask the kernel when the host clears it.
+    Pvclock {
+        /// Index of the area in the window's pvclock page.
+        area: u32,
+        /// ns added to the area's time (`clock_ns - pvclock_ns`, wrapping).
+        offset_ns: u64,
+    },
+    /// `clock_ns = hv_units * 100 + offset_ns` (wrapping), on the window's
+    /// Hyper-V reference TSC page.
+    HypervPage {
+        /// ns added to the page's time in ns (`clock_ns - units * 100`).
+        offset_ns: u64,
+    },
+    /// User programs must ask the kernel, for this reason.
+    AskKernel(AskReason),
+}
+
+impl PageSource {
+    /// The TSC mapping that gives `clock_ns` at TSC value `tsc` and then
+    /// advances `mul / 2^64` ns per tick (exactly: `tsc_map(tsc, mul, add)
+    /// == clock_ns`).
+    ///
+    /// ```
+    /// use clockhal_user::{tsc_map, tsc_mul, PageSource};
+    /// let mul = tsc_mul(2_000_000_000, 1).unwrap(); // 2 GHz
+    /// let PageSource::Tsc { mul, add } = PageSource::tsc_anchored(mul, 5_000, 1_000_000) else { unreachable!() };
+    /// assert_eq!(tsc_map(5_000, mul, add), 1_000_000);
+    /// assert_eq!(tsc_map(7_000, mul, add), 1_001_000);
+    /// ```
+    pub const fn tsc_anchored(mul: u64, tsc: u64, clock_ns: u64) -> PageSource {
+        let add = ((clock_ns as u128) << 64).wrapping_sub(tsc as u128 * mul as u128);
+        PageSource::Tsc { mul, add }
+    }
+}
+
+/// The 64.64 fixed-point ns-per-tick multiplier of a TSC running at
+/// `num / den` Hz: `floor(10^9 · 2^64 · den / num)`, exact. `None` unless
+/// the rate is above 1 GHz (the TSC mode needs less than 1 ns per tick) and
+/// `den != 0`.
+///
+/// ```
+/// use clockhal_user::tsc_mul;
+/// assert_eq!(tsc_mul(2_000_000_000, 1), Some(1 << 63)); // 0.5 ns per tick
+/// assert_eq!(tsc_mul(1_000_000_000, 1), None);
+/// assert_eq!(tsc_mul(5_000_000_001, 2), Some(((2_000_000_000u128 << 64) / 5_000_000_001) as u64));
+/// ```
+pub const fn tsc_mul(num: u64, den: u64) -> Option<u64> {
+    if num == 0 || den == 0 {
+        return None;
+    }
+    let a = 1_000_000_000u128 * den as u128;
+    if a >= num as u128 {
+        return None;
+    }
+    // a < num < 2^64, so a << 64 fits.
+    Some(((a << 64) / num as u128) as u64)
+}
+
+/// One clock event's state (see [`ClockPageWriter::publish`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Publication {
+    /// What user reads map onto from now on.
+    pub source: PageSource,
+    /// The kernel clock's monotonic floor (its last returned ns, or more).
+    pub floor_ns: u64,
+    /// Unix time (ns) at clock time 0, if the kernel has one.
+    pub boot_wall_ns: Option<u64>,
+}
+
+/// A publication's outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Published {
+    /// The floor the page now carries: the maximum of the previous floor,
+    /// the requested one, and what the replaced state read at the switch.
+    /// A kernel clock that must never be behind its user programs raises
+    /// its own floor to this.
+    pub floor_ns: u64,
+    /// The new (even) sequence.
+    pub seq: u32,
+}
+
+/// Why a publication did not go through as asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// Another publication is in progress (concurrent writers): nothing was
+    /// changed. Serialise publications (e.g. under the clock's switch lock).
+    Busy,
+    /// `Tsc { mul: 0 }`.
+    ZeroMultiplier,
+    /// A pvclock area index the window does not map.
+    NoSuchArea(u32),
+    /// A Hyper-V state, but the window maps no Hyper-V page.
+    HypervNotMapped,
+}
+
+impl fmt::Display for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishError::Busy => f.write_str("another publication is in progress"),
+            PublishError::ZeroMultiplier => f.write_str("TSC multiplier 0"),
+            PublishError::NoSuchArea(a) => write!(f, "pvclock area {a} not in the window"),
+            PublishError::HypervNotMapped => f.write_str("no Hyper-V page in the window"),
+        }
+    }
+}
+
+/// The kernel's writer of one clock page.
+///
+/// Holds the kernel's view of the same window user programs map (the clock
+/// page, the pvclock areas, the Hyper-V page) so that it can read the state
+/// it replaces. Publications are serialised by the page's sequence itself
+/// (a compare-and-swap to odd): two writers on one page never interleave;
+/// the loser gets [`PublishError::Busy`].
+#[derive(Clone, Copy, Debug)]
+pub struct ClockPageWriter<'a> {
+    view: UserClock<'a>,
+}
+
+impl<'a> ClockPageWriter<'a> {
+    /// Writes the page header (magic, version, size, TSC read method, window
+    /// layout) and returns the writer. Call it before the page is mapped
+    /// into any process; the page's state (sequence, floor, mode) is kept,
+    /// so a zeroed frame starts as "ask the kernel: not published".
+    ///
+    /// `pvclock` are the areas at `layout.pvclock_page` (as many as
+    /// `layout.pvclock_areas`) and `hyperv` the page at
+    /// `layout.hyperv_page`, in the kernel's own mapping.
+    pub fn new(
+        page: &'a ClockPage,
+        layout: WindowLayout,
+        pvclock: &'a [PvclockVcpuTimeInfo],
+        hyperv: Option<&'a HvReferenceTscPage>,
+        tsc: TscRead,
+    ) -> Result<ClockPageWriter<'a>, PageError> {
+        use Ordering::{Relaxed, Release};
+        if !layout.is_valid() {
+            return Err(PageError::BadWindow);
+        }
+        page.version.store(VERSION, Relaxed);
+        page.size.store(V1_SIZE, Relaxed);
+        page.tsc_read.store(tsc.code(), Relaxed);
+        page.window_pages.store(layout.pages(), Relaxed);
+        page.pvclock_page.store(layout.pvclock_page, Relaxed);
+        page.pvclock_areas.store(layout.pvclock_areas, Relaxed);
+        page.hyperv_page.store(layout.hyperv_page, Relaxed);
+        fence(Release);
+        page.magic.store(MAGIC, Relaxed);
+        let view = UserClock::new(page, pvclock, hyperv)?;
+        Ok(ClockPageWriter { view })
+    }
+
+    /// Publishes one clock event's state: at clock creation, at every
+    /// source switch, at resume, and whenever a paravirtual rate changes.
+    ///
+    /// A seqlock write that no reader sees torn or backwards:
+    /// 1. the sequence goes odd (compare-and-swap: one writer at a time);
+    /// 2. the state being replaced is read at this moment (the TSC read
+    ///    comes after the odd sequence is visible), so the new floor covers
+    ///    every reading any reader took from it;
+    /// 3. the floor becomes `max(old floor, that reading, p.floor_ns)` —
+    ///    floors only ever rise;
+    /// 4. the fields are written and the sequence goes even (release).
+    ///
+    /// An invalid request (see [`PublishError`]) publishes "ask the kernel"
+    /// ([`AskReason::Misconfigured`]) instead, so no process keeps reading a
+    /// mapping the kernel meant to replace; only [`PublishError::Busy`]
+    /// leaves the page unchanged.
+    pub fn publish(&self, p: &Publication) -> Result<Published, PublishError> {
+        let tsc = self.view.tsc_read();
+        self.publish_with(p, || tsc.read())
+    }
+
+    /// [`publish`](Self::publish) with a caller-supplied TSC (read after the
+    /// sequence went odd): for simulators and tests whose states map a
+    /// simulated counter.
+    pub fn publish_with(
+        &self,
+        p: &Publication,
+        mut rdtsc: impl FnMut() -> u64,
+    ) -> Result<Published, PublishError> {
+        use Ordering::{Acquire, Relaxed, Release};
+        let page = self.view.page();
+        let (source, outcome) = match self.check(p.source) {
+            Ok(()) => (p.source, Ok(())),
+            Err(e) => (PageSource::AskKernel(AskReason::Misconfigured), Err(e)),
+        };
+
+        let seq = page.seq.load(Relaxed);
+        if seq & 1 != 0
+            || page
+                .seq
+                .compare_exchange(seq, seq.wrapping_add(1), Acquire, Relaxed)
+                .is_err()
+        {
+            return Err(PublishError::Busy);
+        }
+        // Field stores below may not become visible before the odd sequence.
+        fence(Release);
+
+        let mode = page.mode.load(Relaxed);
+        let replaced = self.view.evaluate(mode, &mut rdtsc);
+        let mut floor = page.floor_ns.load(Relaxed).max(p.floor_ns);
+        if let Ok((ns, _)) = replaced {
+            floor = floor.max(ns);
+        }
+
+        let (mode, arg, mul, add, offset) = match source {
+            PageSource::Tsc { mul, add } => (MODE_TSC, 0, mul, add, 0),
+            PageSource::Pvclock { area, offset_ns } => (MODE_PVCLOCK, area, 0, 0, offset_ns),
+            PageSource::HypervPage { offset_ns } => (MODE_HYPERV, 0, 0, 0, offset_ns),
+            PageSource::AskKernel(r) => (MODE_ASK_KERNEL, r.code(), 0, 0, 0),
+        };
+        page.mode.store(mode, Relaxed);
+        page.arg.store(arg, Relaxed);
+        page.floor_ns.store(floor, Relaxed);
+        page.tsc_mul.store(mul, Relaxed);
+        page.tsc_add_lo.store(add as u64, Relaxed);
+        page.tsc_add_hi.store((add >> 64) as u64, Relaxed);
+        page.pv_offset_ns.store(offset, Relaxed);
+        page.boot_wall_ns
+            .store(p.boot_wall_ns.unwrap_or(0), Relaxed);
+        page.flags.store(
+            if p.boot_wall_ns.is_some() {
+                FLAG_WALL_VALID
+            } else {
+                0
+            },
+            Relaxed,
+        );
+        let seq = seq.wrapping_add(2);
+        page.seq.store(seq, Release);
+        outcome.map(|()| Published {
+            floor_ns: floor,
+            seq,
+        })
+    }
+
+    /// Whether the window can carry `source`.
+    fn check(&self, source: PageSource) -> Result<(), PublishError> {
+        match source {
+            PageSource::Tsc { mul: 0, .. } => Err(PublishError::ZeroMultiplier),
+            PageSource::Pvclock { area, .. } if area as usize >= self.view.pvclock_len() => {
+                Err(PublishError::NoSuchArea(area))
+            }
+            PageSource::HypervPage { .. } if !self.view.has_hyperv() => {
+                Err(PublishError::HypervNotMapped)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The kernel's own reading of the page (what a user program in the
+    /// same state reads).
+    pub fn view(&self) -> UserClock<'a> {
+        self.view
+    }
+}
