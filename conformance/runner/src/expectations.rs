@@ -186,9 +186,12 @@ pub const EXPECTATIONS: &[Row] = &[
     row("kvm-q35-smp2", "acpi-pm", CrossCpuPass, SMP),
 ];
 
-/// The rows for `config`.
+/// The rows for `config` (this table's, or the foreign rows' table).
 pub fn for_config(config: &str) -> impl Iterator<Item = &'static Row> + '_ {
-    EXPECTATIONS.iter().filter(move |r| r.config == config)
+    EXPECTATIONS
+        .iter()
+        .chain(crate::foreign::EXPECTATIONS)
+        .filter(move |r| r.config == config)
 }
 
 #[cfg(test)]
