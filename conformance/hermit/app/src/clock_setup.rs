@@ -2,11 +2,13 @@
 //! machine goes into a `Platform`, `probe` picks the clock, and the report
 //! is printed.
 
+use crate::cpus::HermitCpus;
 use crate::paging::{self, IdentityMemory};
-use clockhal::tsc::SyncStatus;
+use clockhal::tsc::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
 use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
 use clockhal::x86::{MmioRegion, Native};
 use clockhal::{Platform, Policy, Probed};
+use clockhal_conformance::Cpus;
 
 /// pvclock areas: one per vCPU Hermit may run (32 bytes each, one page).
 pub const MAX_CPUS: usize = 16;
@@ -22,8 +24,35 @@ static HV_PAGE: HvReferenceTscPage = HvReferenceTscPage::new();
 pub struct Inputs {
     /// The RSDP the loader passed (`CLOCKHAL_RSDP`), if any.
     pub rsdp: Option<u64>,
-    /// CPUs Hermit runs on.
-    pub cpus: usize,
+    /// The TSC warp test's verdict ([`tsc_sync`]).
+    pub tsc_sync: SyncStatus,
+}
+
+/// clockhal's TSC warp test between CPU 0 and every other CPU.
+pub fn tsc_sync(hw: Native, cpus: &HermitCpus) -> SyncStatus {
+    if cpus.count() <= 1 {
+        return SyncStatus::SingleCpu;
+    }
+    let budget = WarpBudget::DEFAULT;
+    let mut reports = vec![WarpReport::default(); cpus.count() - 1];
+    for (cpu, report) in (1..cpus.count()).zip(reports.iter_mut()) {
+        let shared = WarpShared::new();
+        let remote = || {
+            warp_participant(&hw, &shared, cpu, &budget);
+        };
+        let mut local = WarpReport::default();
+        match cpus.run_concurrently(cpu, &remote, &mut || {
+            local = warp_participant(&hw, &shared, 0, &budget)
+        }) {
+            Ok(()) => *report = local,
+            Err(e) => println!("hermit-app: TSC warp test with CPU {cpu} not run: {e}"),
+        }
+        println!(
+            "hermit-app: TSC warp test CPU 0 <-> {cpu}: worst backward {} ticks, {} handoffs, completed={}",
+            report.worst_backward_ticks, report.handoffs, report.completed
+        );
+    }
+    SyncStatus::from_reports(&reports)
 }
 
 /// Probes every clockhal backend and prints the report.
@@ -42,11 +71,7 @@ pub fn probe(hw: Native, inputs: &Inputs) -> Probed<Native> {
     };
     let mut platform = Platform::new()
         .hpet_mapper(&map_hpet)
-        .tsc_sync(if inputs.cpus == 1 {
-            SyncStatus::SingleCpu
-        } else {
-            SyncStatus::default()
-        })
+        .tsc_sync(inputs.tsc_sync)
         .policy(Policy::new());
     match paging::phys_addr_of(&PVCLOCK.0) {
         Some(pa) => {
@@ -74,4 +99,12 @@ pub fn probe(hw: Native, inputs: &Inputs) -> Probed<Native> {
     println!("hermit-app: choice: {report:#}");
     println!("{}", report.table());
     probed
+}
+
+/// Whether the suite may read the sources on every CPU: kvmclock needs an
+/// area registered per CPU and a `Hardware::cpu_index`, which this
+/// application does not provide (Hermit cannot boot under this machine's
+/// KVM, so that path could not be tested here).
+pub fn readable_on_every_cpu(probed: &Probed<Native>) -> bool {
+    probed.kvmclock().is_none()
 }

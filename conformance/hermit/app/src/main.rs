@@ -20,6 +20,7 @@
 //! lines (`clockhal_conformance::line`) for the matrix runner.
 
 mod clock_setup;
+mod cpus;
 mod paging;
 
 use clockhal::x86::{Hardware, Native};
@@ -69,7 +70,10 @@ fn main() -> ExitCode {
     // SAFETY: CPL0 (checked above), and nothing else in Hermit 0.11 uses the
     // clock MSRs, the HPET or the PM timer.
     let hw = unsafe { Native::new() };
-    let probed = clock_setup::probe(hw, &clock_setup::Inputs { rsdp, cpus });
+    let hermit_cpus = cpus::HermitCpus::new(cpus);
+    let tsc_sync = clock_setup::tsc_sync(hw, &hermit_cpus);
+    println!("hermit-app: TSC sync {tsc_sync:?}");
+    let probed = clock_setup::probe(hw, &clock_setup::Inputs { rsdp, tsc_sync });
 
     let sources = ProbedSources::new(&probed);
     let Some(reference) = sources.reference() else {
@@ -81,10 +85,13 @@ fn main() -> ExitCode {
     };
     emit(|s| line::write_header(s, cpus, reference.name()));
     let cycles = || hw.rdtsc_ordered();
-    let summary = Suite::new(sources.as_slice(), reference, &cycles)
+    let mut suite = Suite::new(sources.as_slice(), reference, &cycles)
         .config(Config::default())
-        .selected(sources.selected())
-        .run(&mut |r: &CheckResult<'_>| emit(|s| line::write_check(s, r)));
+        .selected(sources.selected());
+    if cpus > 1 && clock_setup::readable_on_every_cpu(&probed) {
+        suite = suite.cpus(&hermit_cpus);
+    }
+    let summary = suite.run(&mut |r: &CheckResult<'_>| emit(|s| line::write_check(s, r)));
     emit(|s| write_sources(s, probed.report()));
     emit(|s| line::write_summary(s, &summary));
     if summary.ok() {
