@@ -197,6 +197,7 @@ const HPET_TCG: &str =
     "TCG q35/pc: no kvmclock, TSC rated -100, HPET (250) outranks the PM timer (150)";
 const PM: &str = "q35/pc FADTs name a 24-bit PM timer";
 const HERMIT_CPL0: &str = "Hermit runs the application at CPL0 with the loader's identity map: the HPET stays mapped uncached";
+const HERMIT_SMP: &str = "two CPUs: the suite's warp test runs on a Hermit task pinned to CPU 1 (sys_spawn2) and must pass";
 const KVM: &str = "KVM: kvmclock (stable bit) is the migration-safe no-exit source (400); its area's physical address comes from the bootloader's page tables";
 
 /// Expectations of the foreign rows and their extra peers (same format and
@@ -239,8 +240,11 @@ pub const EXPECTATIONS: &[Row] = &[
     row("hermit-smp2", "hyperv-page", Absent, NO_HV),
     row("hermit-smp2", "hyperv-msr", Absent, NO_HV),
     row("hermit-smp2", "tsc", Present, TSC_TCG),
+    row("hermit-smp2", "tsc", CrossCpuPass, HERMIT_SMP),
     row("hermit-smp2", "hpet", Selected, "Hermit (feature smp) boots 2 CPUs; the selection is per machine, as on one CPU"),
+    row("hermit-smp2", "hpet", CrossCpuPass, HERMIT_SMP),
     row("hermit-smp2", "acpi-pm", Present, PM),
+    row("hermit-smp2", "acpi-pm", CrossCpuPass, HERMIT_SMP),
     row("hermit-microvm", "kvmclock", Absent, TCG_NO_KVMCLOCK),
     row("hermit-microvm", "hyperv-page", Absent, NO_HV),
     row("hermit-microvm", "hyperv-msr", Absent, NO_HV),
