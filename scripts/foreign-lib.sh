@@ -26,10 +26,10 @@ ensure_toolchain() {
     local args=() out
     for c in "$@"; do args+=(-c "$c"); done
     echo "installing $toolchain (${*}) with rustup" >&2
-    if ! out=$(rustup toolchain install "$toolchain" --profile minimal "${args[@]}" 2>&1); then
+    if ! out=$(RUST_BACKTRACE=0 rustup toolchain install "$toolchain" --profile minimal "${args[@]}" 2>&1); then
         echo "$out" >&2
         if grep -qiE "could not (download|resolve|connect)|failed to download|error sending request|network|timed out|dns|connection" <<<"$out"; then
-            local why="rustup cannot reach its server to install $toolchain: $(grep -i error <<<"$out" | tail -1)"
+            local why="rustup cannot reach its server to install $toolchain: $(grep -m1 '^error:' <<<"$out" | sed 's/^error: //')"
             echo "SKIP: $why" >&2
             echo "SKIP=$why" # for clockhal-matrix, which reads stdout
             exit 75

@@ -704,7 +704,10 @@ CHECK source=acpi-pm name=monotonic status=pass value=0 unit=ns detail=ok
 
     #[test]
     fn hermit_status_3_is_success_and_1_is_failure() {
-        assert_eq!(hermit_nohpet(3, HERMIT_OK).unexpected, Vec::<String>::new());
+        let ok = hermit_nohpet(3, HERMIT_OK);
+        assert_eq!(ok.unexpected, Vec::<String>::new());
+        // results.json keeps Hermit's own status.
+        assert_eq!(ok.to_json()["exit_status"], json!(3));
         let u = hermit_nohpet(1, HERMIT_OK).unexpected.join("\n");
         assert!(u.contains("exited with failure"), "{u}");
         // Status 33 from a Hermit guest is not Hermit's success.
@@ -747,6 +750,33 @@ CHECK source=acpi-pm name=monotonic status=pass value=0 unit=ns detail=ok
         let u = outcomes[0].unexpected.join("\n");
         assert!(u.contains("differs from tcg-pc-nohpet"), "{u}");
         assert!(peer_table(&j).contains("DIFFERENT"));
+    }
+
+    #[test]
+    fn build_scripts_report_paths_skips_and_failures() {
+        let dir = std::env::temp_dir().join(format!("clockhal-matrix-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = |name: &str, body: &str| std::fs::write(dir.join(name), body).unwrap();
+        script(
+            "ok.sh",
+            "echo progress >&2\necho LOADER=/a/loader\necho IMAGE=/a/image\n",
+        );
+        script(
+            "skip.sh",
+            "echo 'SKIP=rustup cannot reach its server'\nexit 75\n",
+        );
+        script("fail.sh", "exit 3\n");
+        let ok = build(&dir, "ok.sh");
+        assert_eq!(ok.path("IMAGE"), Some(Path::new("/a/image")));
+        assert_eq!(
+            boot_args(Guest::Hermit, &ok).unwrap(),
+            ["-kernel", "/a/loader", "-initrd", "/a/image"]
+        );
+        assert!(
+            matches!(build(&dir, "skip.sh"), Build::Skip(s) if s == "rustup cannot reach its server")
+        );
+        assert!(matches!(build(&dir, "fail.sh"), Build::Failed(_)));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
