@@ -98,12 +98,15 @@ fn defined_globals(archive: &[u8]) -> Result<Vec<(String, String)>, String> {
         if !is_elf(data) {
             continue; // e.g. a `lib.rmeta` member
         }
-        let obj = object::File::parse(data).map_err(|e| format!("{name}: not an ELF object: {e}"))?;
+        let obj =
+            object::File::parse(data).map_err(|e| format!("{name}: not an ELF object: {e}"))?;
         for sym in obj.symbols() {
             if sym.is_undefined() || !sym.is_global() {
                 continue;
             }
-            let sym_name = sym.name().map_err(|e| format!("{name}: bad symbol name: {e}"))?;
+            let sym_name = sym
+                .name()
+                .map_err(|e| format!("{name}: bad symbol name: {e}"))?;
             if !sym_name.is_empty() {
                 out.push((name.clone(), sym_name.to_string()));
             }
@@ -186,7 +189,9 @@ pub fn verify(archive: &[u8], plan: &Plan) -> Result<Exported, String> {
     }
     let syscalls = plan.keep.iter().filter(|s| s.starts_with("sys_")).count();
     if syscalls == 0 {
-        return Err("no sys_* symbol in the kernel's own objects: is this the Hermit kernel?".into());
+        return Err(
+            "no sys_* symbol in the kernel's own objects: is this the Hermit kernel?".into(),
+        );
     }
     Ok(Exported {
         objects,
