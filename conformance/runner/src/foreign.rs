@@ -415,15 +415,8 @@ fn run_one(c: &ForeignConfig, build: &Build, timeout_s: u64, log: &Path) -> Outc
     let mut child = match cmd.spawn() {
         Ok(ch) => ch,
         Err(e) => {
-            let o = Outcome::from_output(
-                c.name,
-                c.accel,
-                Exit::SpawnFailed(e.to_string()),
-                0.0,
-                "",
-                log.display().to_string(),
-            );
-            return o;
+            let exit = Exit::SpawnFailed(e.to_string());
+            return Outcome::from_output(c.name, c.accel, exit, 0.0, "", log.display().to_string());
         }
     };
     let died = Arc::new(AtomicBool::new(false));
@@ -480,20 +473,26 @@ fn run_one(c: &ForeignConfig, build: &Build, timeout_s: u64, log: &Path) -> Outc
     let log_name = log.display().to_string();
 
     if died.load(Ordering::SeqCst) {
+        let error = text
+            .lines()
+            .find(|l| l.contains(KVM_DEATH))
+            .unwrap_or(KVM_DEATH)
+            .trim()
+            .to_string();
         if let Some(why) = c.dies_under_kvm {
-            let error = text
-                .lines()
-                .find(|l| l.contains(KVM_DEATH))
-                .unwrap_or(KVM_DEATH);
-            let mut o = Outcome::skipped(
-                c.name,
-                c.accel,
-                format!("{why}: QEMU said \"{}\"", error.trim()),
-            );
+            let mut o = Outcome::skipped(c.name, c.accel, format!("{why}: QEMU said \"{error}\""));
             o.seconds = seconds;
             o.log = log_name;
             return o;
         }
+        // Killed on the death, not on the deadline: say so.
+        let mut o = verdict(c, exit, seconds, &text, log_name);
+        o.unexpected.retain(|u| !u.starts_with("QEMU timed out"));
+        o.unexpected.insert(
+            0,
+            format!("the guest died under KVM: QEMU said \"{error}\""),
+        );
+        return o;
     }
     verdict(c, exit, seconds, &text, log_name)
 }
