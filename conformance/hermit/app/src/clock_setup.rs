@@ -7,7 +7,7 @@ use crate::paging::{self, IdentityMemory};
 use clockhal::tsc::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
 use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
 use clockhal::x86::{MmioRegion, Native};
-use clockhal::{Platform, Policy, Probed};
+use clockhal::{Platform, Policy, Probed, SourceId};
 use clockhal_conformance::Cpus;
 
 /// pvclock areas: one per vCPU Hermit may run (32 bytes each, one page).
@@ -107,4 +107,40 @@ pub fn probe(hw: Native, inputs: &Inputs) -> Probed<Native> {
 /// KVM, so that path could not be tested here).
 pub fn readable_on_every_cpu(probed: &Probed<Native>) -> bool {
     probed.kvmclock().is_none()
+}
+
+extern "C" {
+    /// Hermit's TSC rate in MHz, measured against the PIT at boot.
+    fn sys_get_processor_frequency() -> u16;
+}
+
+/// Times a sleep with the selected clock and with Hermit's own
+/// `std::time::Instant` (the TSC divided by an integer MHz that Hermit
+/// measured with the PIT at boot), to show how far Hermit's clock is off.
+pub fn compare_with_hermit_clock(probed: &Probed<Native>) {
+    const SLEEP_MS: u64 = 200;
+    let clock = match probed.clock() {
+        Ok(c) => c,
+        Err(e) => {
+            println!("hermit-app: no clockhal clock to compare with Hermit's: {e}");
+            return;
+        }
+    };
+    let ours_start = clock.now();
+    let hermit_start = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(SLEEP_MS));
+    let ours = clock.elapsed(ours_start).as_nanos() as i128;
+    let hermit = hermit_start.elapsed().as_nanos() as i128;
+    let ppm = (hermit - ours) * 1_000_000 / ours.max(1);
+    println!(
+        "hermit-app: a {SLEEP_MS} ms sleep took {ours} ns by clockhal ({}), {hermit} ns by Hermit's Instant ({ppm:+} ppm)",
+        clock.source_name()
+    );
+    // SAFETY: a Hermit system call without arguments or side effects.
+    let hermit_mhz = unsafe { sys_get_processor_frequency() };
+    let tsc_hz = probed.report().get(SourceId::Tsc).and_then(|c| c.frequency);
+    println!(
+        "hermit-app: Hermit's TSC rate {hermit_mhz} MHz (PIT at boot); clockhal's {:?} Hz",
+        tsc_hz.map(|f| f.hz_rounded())
+    );
 }

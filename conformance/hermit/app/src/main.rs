@@ -93,6 +93,7 @@ fn main() -> ExitCode {
     }
     let summary = suite.run(&mut |r: &CheckResult<'_>| emit(|s| line::write_check(s, r)));
     emit(|s| write_sources(s, probed.report()));
+    clock_setup::compare_with_hermit_clock(&probed);
     emit(|s| line::write_summary(s, &summary));
     if summary.ok() {
         ExitCode::SUCCESS
