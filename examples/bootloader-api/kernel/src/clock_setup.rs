@@ -7,7 +7,7 @@ use clockhal::tsc::SyncStatus;
 use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
 use clockhal::x86::{MmioRegion, Native, OffsetMapping};
 use clockhal::{Platform, Policy, Probed};
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 use core::fmt::Write;
 
 /// kvmclock's per-vCPU area (this kernel runs on one CPU), alone in a page
@@ -36,8 +36,10 @@ pub fn probe(hw: Native, inputs: Inputs<'_>, out: &mut dyn Write) -> Probed<Nati
     let areas = inputs.memory.phys_addr_of(&PVCLOCK.0);
     let hv_page = inputs.memory.phys_addr_of(&HV_PAGE);
     let memory = RefCell::new(inputs.memory);
+    let hpet_mapping = Cell::new(None);
     let map_hpet = |base: u64, len: usize| {
         let virt = memory.borrow_mut().map_uncached(base, len)?;
+        hpet_mapping.set(Some((base, virt)));
         // SAFETY: `virt` now maps the HPET's registers (named by ACPI)
         // uncached, in address space nothing else uses.
         unsafe { MmioRegion::new(virt as usize, len) }
@@ -60,6 +62,10 @@ pub fn probe(hw: Native, inputs: Inputs<'_>, out: &mut dyn Write) -> Probed<Nati
         platform = platform.hyperv_tsc_page(unsafe { PhysMapped::new(&HV_PAGE, pa) });
     }
     let probed = clockhal::probe(hw, &platform);
+    if let Some((phys, virt)) = hpet_mapping.get() {
+        let flags = memory.borrow().flags_of(virt);
+        let _ = writeln!(out, "kernel: HPET {phys:#x} mapped at {virt:#x}, {flags:?}");
+    }
     let report = probed.report();
     let _ = writeln!(out, "kernel: choice: {report:#}");
     let _ = writeln!(out, "{}", report.table());

@@ -6,8 +6,8 @@
 use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
 use x86_64::registers::control::Cr3;
 use x86_64::structures::paging::{
-    FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags, PhysFrame, Size4KiB,
-    Translate,
+    mapper::TranslateResult, FrameAllocator, Mapper, OffsetPageTable, Page, PageTable,
+    PageTableFlags, PhysFrame, Size4KiB, Translate,
 };
 use x86_64::{PhysAddr, VirtAddr};
 
@@ -61,6 +61,14 @@ impl Memory {
             at += PAGE;
         }
         Some(phys)
+    }
+
+    /// The page-table flags of the page holding `virt`, if mapped.
+    pub fn flags_of(&self, virt: u64) -> Option<PageTableFlags> {
+        match self.tables.translate(VirtAddr::new(virt)) {
+            TranslateResult::Mapped { flags, .. } => Some(flags),
+            _ => None,
+        }
     }
 
     /// Maps the device registers at `phys..phys + len` uncached (the
