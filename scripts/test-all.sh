@@ -28,8 +28,10 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "clippy (kernel crates, x86_64-unknown-none)"
 (cd "$KERNELS" && cargo clippy --release --workspace --lib --bins --examples -- -D warnings)
 
-step "Hermit export tool (clippy, tests)"
+step "Hermit export tool and loader (clippy, host tests)"
 (cd conformance/hermit/export && cargo clippy -q --all-targets -- -D warnings && cargo test -q)
+(cd "$KERNELS" && cargo clippy -q -p clockhal-hermit-loader --lib --tests --target x86_64-unknown-linux-gnu -- -D warnings &&
+    cargo test -q -p clockhal-hermit-loader --target x86_64-unknown-linux-gnu)
 
 step "host tests (simulated machine)"
 cargo test --workspace --all-features

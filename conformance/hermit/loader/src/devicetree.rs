@@ -11,13 +11,13 @@
 //! Hermit itself uses, and each of these facts is checked.
 
 use crate::fdt::{FdtWriter, Full};
-use clockhal_boot::MemoryRegion;
+use core::ops::Range;
 use fdt::Fdt;
 
 /// What goes into the devicetree.
 pub struct Contents<'a> {
-    /// RAM regions (E820 type 1 only are written).
-    pub memory: &'a [MemoryRegion],
+    /// RAM ranges.
+    pub memory: &'a [Range<u64>],
     /// Physical address of the RSDP.
     pub rsdp: u64,
     /// Hermit's command line.
@@ -51,7 +51,8 @@ impl core::fmt::Display for DtError {
     }
 }
 
-/// Writes the devicetree into `buf`, checks it, and returns it.
+/// Writes the devicetree into `buf` (8-byte aligned), checks it, and
+/// returns it.
 pub fn build<'b>(buf: &'b mut [u8], c: &Contents<'_>) -> Result<&'b [u8], DtError> {
     let mut w = FdtWriter::new(buf);
     w.begin_node("")?;
@@ -61,10 +62,10 @@ pub fn build<'b>(buf: &'b mut [u8], c: &Contents<'_>) -> Result<&'b [u8], DtErro
     w.begin_node("chosen")?;
     w.prop_str("bootargs", c.bootargs)?;
     w.end_node()?;
-    for r in c.memory.iter().filter(|r| r.is_ram()) {
-        w.begin_node_at("memory", r.base)?;
+    for r in c.memory {
+        w.begin_node_at("memory", r.start)?;
         w.prop_str("device_type", "memory")?;
-        w.prop_reg(r.base, r.size)?;
+        w.prop_reg(r.start, r.end - r.start)?;
         w.end_node()?;
     }
     w.begin_node("hermit,rsdp")?;
@@ -89,15 +90,15 @@ fn check(blob: &[u8], c: &Contents<'_>) -> Result<(), DtError> {
     if rsdp.starting_address as u64 != c.rsdp {
         return Err(DtError::Check("/hermit,rsdp address"));
     }
-    let mut written = c.memory.iter().filter(|r| r.is_ram());
+    let mut written = c.memory.iter();
     for node in fdt.find_all_nodes("/memory") {
         let reg = node
             .reg()
             .and_then(|mut r| r.next())
             .ok_or(DtError::Check("memory node without reg"))?;
         let expected = written.next().ok_or(DtError::Check("extra memory node"))?;
-        if reg.starting_address as u64 != expected.base
-            || reg.size.map(|s| s as u64) != Some(expected.size)
+        if reg.starting_address as u64 != expected.start
+            || reg.size.map(|s| s as u64) != Some(expected.end - expected.start)
         {
             return Err(DtError::Check("memory node reg"));
         }
@@ -106,4 +107,87 @@ fn check(blob: &[u8], c: &Contents<'_>) -> Result<(), DtError> {
         return Err(DtError::Check("memory node missing"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[repr(C, align(8))]
+    struct Buf([u8; 4096]);
+
+    const RAM: [Range<u64>; 2] = [0..0x9_fc00, 0x10_0000..0x1000_0000];
+
+    fn contents() -> Contents<'static> {
+        Contents {
+            memory: &RAM,
+            rsdp: 0xf_59e0,
+            bootargs: "env=CLOCKHAL_RSDP=0xf59e0 -- arg",
+        }
+    }
+
+    #[test]
+    fn hermits_parser_reads_back_what_was_written() {
+        let mut buf = Buf([0; 4096]);
+        let blob = build(&mut buf.0, &contents()).unwrap();
+        let fdt = Fdt::new(blob).unwrap();
+        assert_eq!(fdt.chosen().bootargs(), Some(contents().bootargs));
+        let rsdp = fdt
+            .find_node("/hermit,rsdp")
+            .unwrap()
+            .reg()
+            .unwrap()
+            .next()
+            .unwrap();
+        assert_eq!(
+            (rsdp.starting_address as u64, rsdp.size),
+            (0xf_59e0, Some(36))
+        );
+        let memory: std::vec::Vec<_> = fdt
+            .find_all_nodes("/memory")
+            .map(|n| {
+                let r = n.reg().unwrap().next().unwrap();
+                (n.name, r.starting_address as u64, r.size.unwrap() as u64)
+            })
+            .collect();
+        assert_eq!(
+            memory,
+            [
+                ("memory@0", 0, 0x9_fc00),
+                ("memory@100000", 0x10_0000, 0xff0_0000)
+            ]
+        );
+        assert_eq!(fdt.root().compatible().first(), "clockhal,pvh-loader");
+    }
+
+    #[test]
+    fn a_blob_that_says_something_else_is_refused() {
+        let mut buf = Buf([0; 4096]);
+        let blob = build(&mut buf.0, &contents()).unwrap();
+        let other = Contents {
+            rsdp: 0xe_0000,
+            ..contents()
+        };
+        assert!(matches!(
+            check(blob, &other),
+            Err(DtError::Check("/hermit,rsdp address"))
+        ));
+        let fewer = Contents {
+            memory: &RAM[..1],
+            ..contents()
+        };
+        assert!(matches!(
+            check(blob, &fewer),
+            Err(DtError::Check("extra memory node"))
+        ));
+        assert!(matches!(
+            check(&blob[..20], &contents()),
+            Err(DtError::Check(_))
+        ));
+        let mut small = Buf([0; 4096]);
+        assert!(matches!(
+            build(&mut small.0[..100], &contents()),
+            Err(DtError::Full)
+        ));
+    }
 }

@@ -201,3 +201,51 @@ fn hex(v: u64, out: &mut [u8]) -> Option<usize> {
     }
     Some(digits)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_and_layout_follow_the_spec() {
+        let mut buf = [0u8; 512];
+        let mut w = FdtWriter::new(&mut buf);
+        w.begin_node("").unwrap();
+        w.prop_u32("#size-cells", 2).unwrap();
+        w.begin_node_at("memory", 0x10_0000).unwrap();
+        w.prop_str("device_type", "memory").unwrap();
+        w.end_node().unwrap();
+        w.end_node().unwrap();
+        let blob = w.finish().unwrap();
+        let be = |at: usize| u32::from_be_bytes(blob[at..at + 4].try_into().unwrap());
+        assert_eq!(be(0), MAGIC);
+        assert_eq!(be(4) as usize, blob.len());
+        assert_eq!((be(20), be(24)), (17, 16));
+        assert_eq!(be(8) as usize, STRUCT_OFFSET);
+        let strings = &blob[be(12) as usize..];
+        assert_eq!(strings, b"#size-cells\0device_type\0");
+        // Node name with the unit address in lower-case hex.
+        assert!(blob.windows(14).any(|w| w == b"memory@100000\0"));
+    }
+
+    #[test]
+    fn full_buffers_and_open_nodes_are_errors() {
+        let mut tiny = [0u8; 60];
+        let mut w = FdtWriter::new(&mut tiny);
+        assert_eq!(w.begin_node("a-name-that-does-not-fit"), Err(Full));
+        let mut buf = [0u8; 256];
+        let mut w = FdtWriter::new(&mut buf);
+        w.begin_node("").unwrap();
+        assert_eq!(w.finish().map(|_| ()), Err(Full));
+    }
+
+    #[test]
+    fn hex_digits() {
+        let mut out = [0u8; 16];
+        assert_eq!(hex(0, &mut out), Some(1));
+        assert_eq!(&out[..1], b"0");
+        assert_eq!(hex(0xfed0_0000, &mut out), Some(8));
+        assert_eq!(&out[..8], b"fed00000");
+        assert_eq!(hex(u64::MAX, &mut out[..15]), None);
+    }
+}

@@ -28,15 +28,13 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod devicetree;
-mod fdt;
-mod placement;
-
-use clockhal_boot::{handoff, println, BootInfo};
+use clockhal_boot::{handoff, println, BootInfo, MemoryRegion};
+use clockhal_hermit_loader::{devicetree, placement};
 use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
 use core::num::{NonZeroU16, NonZeroU64};
+use core::ops::Range;
 use hermit_entry::boot_info::{
     BootInfo as HermitBootInfo, HardwareInfo, PlatformInfo, RawBootInfo,
 };
@@ -64,6 +62,23 @@ struct HermitStack(UnsafeCell<[u8; HERMIT_STACK_SIZE]>);
 unsafe impl Sync for HermitStack {}
 
 static HERMIT_STACK: HermitStack = HermitStack(UnsafeCell::new([0; HERMIT_STACK_SIZE]));
+
+/// Most RAM regions passed on.
+const RAM_MAX: usize = 64;
+
+/// The RAM regions of the firmware memory map as ranges (up to
+/// [`RAM_MAX`]); returns how many.
+fn ram_ranges(map: &[MemoryRegion], out: &mut [Range<u64>; RAM_MAX]) -> usize {
+    let mut n = 0;
+    for r in map.iter().filter(|r| r.is_ram()) {
+        let (Some(slot), Some(end)) = (out.get_mut(n), r.base.checked_add(r.size)) else {
+            continue;
+        };
+        *slot = r.base..end;
+        n += 1;
+    }
+    n
+}
 
 /// 8-byte aligned buffer for the devicetree blob.
 #[repr(C, align(8))]
@@ -134,6 +149,9 @@ fn load_and_enter(
     }
     let rsdp = info.rsdp_paddr.ok_or(LoadError::NoRsdp)?;
 
+    let mut ram = [const { 0..0 }; RAM_MAX];
+    let ram_len = ram_ranges(info.memory_map, &mut ram);
+    let ram = &ram[..ram_len];
     let size = image.mem_size() as u64;
     let loader = handoff::kernel_image();
     let module_range = module.paddr..module.paddr + module.size;
@@ -142,7 +160,7 @@ fn load_and_enter(
         image.start_addr(),
         loader.end,
         &[loader.clone(), module_range],
-        info.memory_map,
+        ram,
     )
     .ok_or(LoadError::NoRoom(size))?;
     // SAFETY: base..base+size is RAM inside the identity map (placement
@@ -166,7 +184,7 @@ fn load_and_enter(
     let dt = devicetree::build(
         blob_buf,
         &devicetree::Contents {
-            memory: info.memory_map,
+            memory: ram,
             rsdp,
             bootargs: cmdline.as_str(),
         },
@@ -178,13 +196,7 @@ fn load_and_enter(
         cmdline.as_str()
     );
 
-    let ram_end = info
-        .memory_map
-        .iter()
-        .filter(|r| r.is_ram())
-        .map(|r| r.base + r.size)
-        .max()
-        .unwrap_or(0);
+    let ram_end = ram.iter().map(|r| r.end).max().unwrap_or(0);
     let boot_info = HermitBootInfo {
         hardware_info: HardwareInfo {
             phys_addr_range: 0..ram_end,
