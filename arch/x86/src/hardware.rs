@@ -145,7 +145,7 @@ impl MmioRegion {
 /// Statically dispatched: backends are generic over `H: Hardware`, so the
 /// read path compiles to the instructions themselves. Implemented by
 /// [`Native`](crate::Native) (real instructions), by
-/// [`SimMachine`](crate::sim::SimMachine) (feature `sim`), and by any OS
+/// `clockhal_sim::SimMachine` (crate `clockhal-sim`), and by any OS
 /// wrapper that adds, for example, #GP recovery ([`try_rdmsr`](Self::try_rdmsr))
 /// or its CPU index ([`cpu_index`](Self::cpu_index)).
 ///
