@@ -82,6 +82,7 @@ pub struct Platform<'a> {
     pub(crate) self_check: SelfCheck,
     pub(crate) watchdog: WatchdogConfig,
     pub(crate) extra: Option<&'static dyn ClockSource>,
+    pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
 }
 
 impl Default for Platform<'_> {
@@ -124,6 +125,7 @@ impl fmt::Debug for Platform<'_> {
             .field("self_check", &self.self_check)
             .field("watchdog", &self.watchdog)
             .field("extra", &self.extra.map(|e| e.name()))
+            .field("clock_page", &self.clock_page.is_some())
             .finish()
     }
 }
@@ -156,7 +158,19 @@ impl<'a> Platform<'a> {
             self_check: SelfCheck::new(),
             watchdog: WatchdogConfig::default(),
             extra: None,
+            clock_page: None,
         }
+    }
+
+    /// The user clock page to keep up to date (`clockhal_user`): the
+    /// clock republishes its mapping at every change of source, so user
+    /// programs read the time without a system call where the source
+    /// allows (the TSC, kvmclock with a trusted stable bit, the Hyper-V
+    /// page) and are told to ask the kernel where it does not. Build the
+    /// writer before the page is mapped into any process.
+    pub fn clock_page(mut self, writer: clockhal_user::ClockPageWriter<'static>) -> Self {
+        self.clock_page = Some(writer);
+        self
     }
 
     /// The RSDP's physical address and a reader for physical memory: the

@@ -5,6 +5,7 @@
 mod read;
 #[cfg(feature = "tsc")]
 mod refine;
+mod user_page;
 mod watchdog;
 
 pub(crate) use read::{MapNow, Mapped};
@@ -206,6 +207,8 @@ pub struct Clock<H: Hardware + Clone> {
     /// Unix ns at clock ns 0 (wrapping), if known.
     pub(crate) unix_offset: AtomicU64,
     pub(crate) unix_known: AtomicBool,
+    /// The user clock page to republish at every source change.
+    pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -247,6 +250,7 @@ impl<H: Hardware + Clone> Clock<H> {
             hw,
             report,
             settings,
+            clock_page,
         } = probed;
         let nothing = |report| crate::NoClock {
             report,
@@ -294,6 +298,7 @@ impl<H: Hardware + Clone> Clock<H> {
             switches: AtomicU32::new(0),
             unix_offset: AtomicU64::new(0),
             unix_known: AtomicBool::new(false),
+            clock_page,
         };
         // The timeline starts at 0 on the selected source.
         clock.start_source(selected, 0);
@@ -417,6 +422,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let st = self.state.load(Ordering::Acquire);
         let next = ((st >> 8).wrapping_add(1) << 8) | i as u32;
         self.state.store(next, Ordering::Release);
+        self.publish_page();
     }
 
     /// A TSC-based source's own nanoseconds now (for setting its offset).
@@ -617,6 +623,9 @@ impl<H: Hardware + Clone> Clock<H> {
         self.unix_offset
             .store(unix_ns.wrapping_sub(self.now_ns()), Ordering::Release);
         self.unix_known.store(true, Ordering::Release);
+        // The user clock page carries the wall time too.
+        let _st = self.watchdog.lock();
+        self.publish_page();
     }
 
     fn init_wall_clock(&self) {

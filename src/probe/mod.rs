@@ -337,6 +337,7 @@ pub struct Probed<H: Hardware + Clone> {
     pub(crate) hw: H,
     pub(crate) report: Report,
     pub(crate) settings: crate::clock::Settings,
+    pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Probed<H> {
@@ -394,6 +395,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
             hw,
             report,
             settings,
+            clock_page: None,
         };
     }
     let acpi = platform
@@ -454,6 +456,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
         hw,
         report,
         settings,
+        clock_page: platform.clock_page,
     }
 }
 
