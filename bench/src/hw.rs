@@ -35,11 +35,13 @@ pub enum Persona {
 }
 
 /// Real TSC, real CPUID outside the hypervisor leaves, inert MSRs.
+///
+/// `RDTSCP`: `rdtsc_ordered` is a bare `rdtscp` instead of `Native`'s
+/// (a type parameter, so the rows' read paths carry no test for it).
 #[derive(Clone, Copy, Debug)]
-pub struct UserHw {
+pub struct UserHw<const RDTSCP: bool = false> {
     native: Native,
     persona: Persona,
-    rdtscp_ordered: bool,
     lease: &'static AtomicBool,
     pool: &'static SlotPool,
 }
@@ -53,7 +55,6 @@ impl UserHw {
         UserHw {
             native: Native::hosted(),
             persona,
-            rdtscp_ordered: false,
             lease: Box::leak(Box::new(AtomicBool::new(false))),
             pool: Box::leak(Box::new(SlotPool::new())),
         }
@@ -69,15 +70,23 @@ impl UserHw {
         }
     }
 
-    /// The same, but `rdtsc_ordered` is `rdtscp` (what Linux's
+    /// The same, but `rdtsc_ordered` is a bare `rdtscp` (what Linux's
     /// `rdtsc_ordered` and its vDSO use when the CPU has it): for measuring
-    /// what that choice would save. `None` without RDTSCP.
-    pub fn with_rdtscp_ordering(persona: Persona) -> Option<UserHw> {
-        let hw = UserHw {
-            rdtscp_ordered: true,
-            ..UserHw::new(persona)
-        };
-        clockhal_x86::cpuid::has_rdtscp(&hw.native).then_some(hw)
+    /// what `Native`'s run-time choice of the fence costs. `None` without
+    /// RDTSCP.
+    pub fn with_rdtscp_ordering(persona: Persona) -> Option<UserHw<true>> {
+        let UserHw {
+            native,
+            persona,
+            lease,
+            pool,
+        } = UserHw::new(persona);
+        clockhal_x86::cpuid::has_rdtscp(&native).then_some(UserHw {
+            native,
+            persona,
+            lease,
+            pool,
+        })
     }
 }
 
@@ -92,7 +101,7 @@ fn signature(max_leaf: u32, sig: &[u8; 12]) -> CpuidResult {
     }
 }
 
-impl Hardware for UserHw {
+impl<const RDTSCP: bool> Hardware for UserHw<RDTSCP> {
     #[inline(always)]
     fn rdtsc(&self) -> u64 {
         self.native.rdtsc()
@@ -101,7 +110,7 @@ impl Hardware for UserHw {
     fn rdtsc_ordered(&self) -> u64 {
         // rdtscp waits for every earlier instruction and load, like the
         // fence it replaces.
-        if self.rdtscp_ordered {
+        if RDTSCP {
             self.native.rdtscp().0
         } else {
             self.native.rdtsc_ordered()

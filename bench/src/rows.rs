@@ -424,7 +424,12 @@ enum Path {
 
 /// A `Kvmclock` probed on [`UserHw`] over an area written once with the
 /// real TSC rate (stable flag set or not).
-fn kvmclock_row(name: &str, hw: UserHw, tsc_hz: u64, path: Path) -> Result<Row, String> {
+fn kvmclock_row<const R: bool>(
+    name: &str,
+    hw: UserHw<R>,
+    tsc_hz: u64,
+    path: Path,
+) -> Result<Row, String> {
     let (mul, shift) = pvclock_time_scale(tsc_hz).ok_or("TSC rate out of range")?;
     let areas = SharedMemory::default().alloc_pvclock_areas(1);
     let flags = if path == Path::Stable {
@@ -441,7 +446,7 @@ fn kvmclock_row(name: &str, hw: UserHw, tsc_hz: u64, path: Path) -> Result<Row, 
     if clock.stable() != (path == Path::Stable) {
         return Err("kvmclock did not take the intended path".into());
     }
-    let clock: &'static Kvmclock<UserHw> = Box::leak(Box::new(clock));
+    let clock: &'static Kvmclock<UserHw<R>> = Box::leak(Box::new(clock));
     let row = Row::new(name, move || clock.read());
     if path != Path::ClampContended {
         return Ok(row);
@@ -454,7 +459,12 @@ fn kvmclock_row(name: &str, hw: UserHw, tsc_hz: u64, path: Path) -> Result<Row, 
 
 /// A Hyper-V page clock probed on [`UserHw`] over a page written once with
 /// the real TSC rate, and the conversion `out`.
-fn hyperv_row(name: &str, hw: UserHw, tsc_hz: u64, out: HvOut) -> Result<Row, String> {
+fn hyperv_row<const R: bool>(
+    name: &str,
+    hw: UserHw<R>,
+    tsc_hz: u64,
+    out: HvOut,
+) -> Result<Row, String> {
     let scale = hv_reference_scale(tsc_hz).ok_or("TSC rate out of range")?;
     let page = SharedMemory::default().alloc_hv_page();
     page.get().publish(hv_next_sequence(0), scale, 0);
@@ -469,7 +479,7 @@ fn hyperv_row(name: &str, hw: UserHw, tsc_hz: u64, out: HvOut) -> Result<Row, St
     if hv.page().is_none() {
         return Err(format!("page rejected: {:?}", hv.page_error()));
     }
-    let hv: &'static Hyperv<UserHw> = Box::leak(Box::new(hv));
+    let hv: &'static Hyperv<UserHw<R>> = Box::leak(Box::new(hv));
     let clock = hv.page().ok_or("no page clock")?;
     Ok(match out {
         HvOut::Scale => {
