@@ -41,6 +41,13 @@ cargo test -p clockhal --no-default-features --features tsc,kvmclock --test feat
 step "live KVM pvclock page of this machine (SKIP lines say why where absent)"
 cargo test -q -p clockhal-bench --test live_pvclock -- --nocapture --test-threads 1
 
+# Instructions per read of clockhal's fast paths (Clock::now() on TSC,
+# kvmclock, Hyper-V page; the backends' reads) under valgrind, against
+# bench/instruction-budgets.json: a regression check that does not depend on
+# the machine's load. SKIP (with the reason) where valgrind cannot run.
+step "instruction budgets of the read paths (valgrind)"
+cargo run -q -p clockhal-bench --release --bin clockhal-read-count -- --check
+
 step "no_std builds for x86_64-unknown-none"
 LIBS=(clockhal-core clockhal-x86 clockhal-user clockhal-kvmclock clockhal-hyperv clockhal-tsc clockhal-hpet clockhal-acpi-pm clockhal-pit clockhal-rtc clockhal-conformance)
 for p in "${LIBS[@]}"; do
