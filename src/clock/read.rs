@@ -12,7 +12,7 @@
 
 use super::{Clock, REVALIDATE_NS};
 use crate::{Demotion, SourceId};
-use clockhal_core::{SlotEntry, TscMap};
+use clockhal_core::{PerCpuSlots, SlotEntry, TscMap};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
@@ -49,23 +49,29 @@ impl<H: Hardware + Clone> Clock<H> {
     pub(crate) fn now_ns(&self) -> u64 {
         let st = self.state.load(Acquire);
         let cpu = self.hw.cpu_index();
+        // The TSC right after the two loads everything else is checked
+        // against (the source generation and the CPU): the ordered read
+        // waits only for them, and the slot's loads overlap with it.
+        let t = self.hw.rdtsc_ordered();
         let b = &self.backends;
         match SourceId::from_index((st & ID_MASK) as usize) {
-            Some(SourceId::Kvmclock) => self.read_mapped(b.kvmclock_mapped(), st, cpu),
-            Some(SourceId::HypervPage) => self.read_mapped(b.hyperv_page_mapped(), st, cpu),
-            Some(SourceId::Tsc) => self.read_mapped(b.tsc_mapped(), st, cpu),
+            Some(SourceId::Kvmclock) => self.read_mapped(b.kvmclock_mapped(), st, cpu, t),
+            Some(SourceId::HypervPage) => self.read_mapped(b.hyperv_page_mapped(), st, cpu, t),
+            Some(SourceId::Tsc) => self.read_mapped(b.tsc_mapped(), st, cpu, t),
             _ => self.read_device(st, cpu),
         }
     }
 
     /// A TSC-based current source: this CPU's cached map, else the slow path.
     #[inline(always)]
-    fn read_mapped<M: Mapped>(&self, m: Option<&M>, st: u32, cpu: usize) -> u64 {
+    fn read_mapped<M: Mapped>(&self, m: Option<&M>, st: u32, cpu: usize, t: u64) -> u64 {
         let Some(m) = m else {
             return self.read_device(st, cpu);
         };
-        // The token, that no switch began, and that the reader still runs
-        // on `cpu` (a kernel that migrates threads mid-read gets a retry).
+        let (slot, own) = self.slots().get(cpu);
+        // After the TSC read: that no switch began, that the reader still
+        // runs on `cpu` (a kernel that migrates threads mid-read gets a
+        // retry), and the source's token.
         let tag = || {
             if self.state.load(Relaxed) == st && self.hw.cpu_index() == cpu {
                 m.tag(cpu)
@@ -73,11 +79,15 @@ impl<H: Hardware + Clone> Clock<H> {
                 None
             }
         };
-        match self
-            .slots()
-            .read_cached(cpu, st << 1, tag, || self.hw.rdtsc_ordered())
-        {
-            Some(r) => self.raise(cpu, r.ordered, r.ns),
+        match slot.read_cached(st << 1, tag, || t) {
+            Some(r) => {
+                let v = if r.ordered {
+                    r.ns
+                } else {
+                    self.clamp.clamp(r.ns)
+                };
+                PerCpuSlots::raise_in(slot, own, v, |cell, v| self.hw.fetch_max_local(cell, v))
+            }
             None => self.mapped_slow(m, st, cpu),
         }
     }
