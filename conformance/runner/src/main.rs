@@ -5,7 +5,8 @@
 //! under `timeout`. Parses the kernel's result lines
 //! ([`clockhal_conformance::line`]), compares them with the expectation
 //! table ([`expectations::EXPECTATIONS`]), writes
-//! `target/conformance/results.json` and the console logs, prints a table,
+//! `target/conformance/results.json`, the console logs and each boot's CPUID
+//! dump (`target/conformance/cpuid/<config>.txt`), prints a table,
 //! and exits non-zero on any unexpected result.
 //!
 //! ```text
@@ -184,6 +185,7 @@ fn run_all(
 ) -> Vec<Outcome> {
     let results: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; configs.len()]);
     let next = AtomicUsize::new(0);
+    let cpuid_dir = log_dir.with_file_name("cpuid");
     std::thread::scope(|s| {
         for _ in 0..args.jobs.max(1) {
             s.spawn(|| loop {
@@ -196,6 +198,7 @@ fn run_all(
                         kernel,
                         args.timeout,
                         &log_dir.join(format!("{}.log", c.name)),
+                        &cpuid_dir.join(format!("{}.txt", c.name)),
                     ),
                 };
                 eprintln!(
