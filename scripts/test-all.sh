@@ -5,6 +5,7 @@
 #
 #   ./scripts/test-all.sh            # everything
 #   SKIP_MATRIX=1 ./scripts/test-all.sh   # everything but QEMU
+#   SKIP_FOREIGN=1 ./scripts/test-all.sh  # no Hermit / bootloader_api rows (no pinned nightlies)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -17,12 +18,20 @@ KERNELS=conformance/kernels
 step "format"
 cargo fmt --all -- --check
 (cd "$KERNELS" && cargo fmt --all -- --check)
+# Crates with workspaces of their own (conformance/hermit, the image builder).
+rustfmt --check --edition 2021 conformance/hermit/kernel/src/lib.rs conformance/hermit/export/src/main.rs \
+    conformance/hermit/app/src/main.rs examples/bootloader-api/image-builder/src/main.rs
 
 step "clippy (host workspace, all targets, all features)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "clippy (kernel crates, x86_64-unknown-none)"
 (cd "$KERNELS" && cargo clippy --release --workspace --lib --bins --examples -- -D warnings)
+
+step "Hermit export tool and loader (clippy, host tests)"
+(cd conformance/hermit/export && cargo clippy -q --all-targets -- -D warnings && cargo test -q)
+(cd "$KERNELS" && cargo clippy -q -p clockhal-hermit-loader --lib --tests --target x86_64-unknown-linux-gnu -- -D warnings &&
+    cargo test -q -p clockhal-hermit-loader --target x86_64-unknown-linux-gnu)
 
 step "host tests (simulated machine)"
 cargo test --workspace --all-features
@@ -51,8 +60,18 @@ if [[ "${SKIP_MATRIX:-0}" == 1 ]]; then
     step "QEMU matrix: SKIPPED (SKIP_MATRIX=1)"
 else
     # Also boots the Linux peer (a Debian kernel fetched once with apt-get
-    # download into target/linux-peer, init built with gcc -static).
-    step "QEMU conformance matrix and the Linux peer"
-    cargo run -q -p clockhal-matrix --release
+    # download into target/linux-peer, init built with gcc -static), and the
+    # Hermit and bootloader_api rows: the matrix builds them once
+    # (scripts/hermit.sh, scripts/bootloader-api.sh --build-only).
+    step "QEMU conformance matrix, foreign kernels and the Linux peer"
+    FOREIGN=()
+    [[ "${SKIP_FOREIGN:-0}" == 1 ]] && FOREIGN=(--no-foreign)
+    cargo run -q -p clockhal-matrix --release -- "${FOREIGN[@]}"
+    if [[ "${SKIP_FOREIGN:-0}" != 1 && -e conformance/hermit/kernel/target/export/libhermit.a ]]; then
+        step "clippy (Hermit application, nightly-2025-03-15, x86_64-unknown-hermit)"
+        source scripts/foreign-lib.sh
+        ensure_toolchain nightly-2025-03-15 rust-src llvm-tools clippy
+        (cd conformance/hermit/app && cargo +nightly-2025-03-15 clippy -q --release -- -D warnings)
+    fi
 fi
 step "all tests passed"

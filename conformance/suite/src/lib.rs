@@ -32,7 +32,8 @@
 //! majority of intervals, because a vCPU can be descheduled mid-interval.
 //!
 //! [`line`](mod@line) defines the text format the test kernel prints and the matrix
-//! runner parses.
+//! runner parses. With the `clockhal` feature, [`probed`] runs the suite over
+//! what a clockhal probe found and writes its `SOURCE` lines.
 //!
 //! ## Worked example
 //!
@@ -91,6 +92,8 @@ pub mod config;
 mod cpus;
 pub mod line;
 mod math;
+#[cfg(feature = "clockhal")]
+pub mod probed;
 mod result;
 mod suite;
 
