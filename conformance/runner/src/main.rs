@@ -5,7 +5,8 @@
 //! under `timeout`. Parses the kernel's result lines
 //! ([`clockhal_conformance::line`]), compares them with the expectation
 //! table ([`expectations::EXPECTATIONS`]), writes
-//! `target/conformance/results.json` and the console logs, prints a table,
+//! `target/conformance/results.json`, the console logs and each boot's CPUID
+//! dump (`target/conformance/cpuid/<config>.txt`), prints a table,
 //! and exits non-zero on any unexpected result.
 //!
 //! ```text
@@ -218,6 +219,7 @@ fn run_all(
     args: &Args,
     log_dir: &Path,
 ) -> Vec<Outcome> {
+    let cpuid_dir = log_dir.with_file_name("cpuid");
     parallel(
         configs,
         args.jobs,
@@ -228,6 +230,7 @@ fn run_all(
                 kernel,
                 args.timeout,
                 &log_dir.join(format!("{}.log", c.name)),
+                &cpuid_dir.join(format!("{}.txt", c.name)),
             ),
         },
     )

@@ -12,6 +12,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod cpuid_dump;
 mod cpus;
 mod table;
 mod userpage;
@@ -48,6 +49,7 @@ fn kmain(info: &'static BootInfo) -> ! {
     // SAFETY: we run at CPL0 on a clockhal-boot kernel (IDT with MSR-probe
     // recovery, GS-based CPU index), and clockhal may use the clock hardware.
     let hw = unsafe { clockhal_boot::BootHw::new() };
+    cpuid_dump::print(&hw);
     let sync = cpus::tsc_warp_test(hw, cpus);
     println!("kernel: TSC sync status {sync:?}");
 
