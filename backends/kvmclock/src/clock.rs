@@ -41,6 +41,9 @@ pub const STABLE_AGREEMENT_NS: u64 = 1_000;
 /// CPU per second.
 pub const REVALIDATE_NS: u64 = 1_000_000_000;
 
+/// Samples retried on the new CPU when the caller migrates during one.
+const MIGRATION_RETRIES: usize = 3;
+
 /// One rate for every kvmclock: its readings are nanoseconds.
 const NS_RATE: Frequency = match Frequency::from_hz(1_000_000_000) {
     Ok(f) => f,
@@ -123,9 +126,13 @@ impl KvmclockStats {
 /// Why a read could not use the area.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum ReadMiss {
     /// No area for this CPU index, or it was never registered on it.
     Unregistered,
+    /// The caller is no longer on `cpu` (a kernel that migrated it during
+    /// the sample): the sample paired another CPU's TSC with this area.
+    Migrated,
     /// The version stayed odd or kept changing.
     Busy,
     /// The host's parameters were never plausible.
@@ -392,11 +399,17 @@ impl<H: Hardware> Kvmclock<H> {
 
     #[cold]
     fn read_slow(&self, cpu: usize) -> u64 {
-        match self.area_map(cpu) {
-            Ok(m) => self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
-            // Nothing fresh: not earlier than anything any CPU returned.
-            Err(_) => self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor())),
+        let mut cpu = cpu;
+        // A migration mid-sample is retried on the new CPU, a few times.
+        for _ in 0..MIGRATION_RETRIES {
+            match self.area_map(cpu) {
+                Ok(m) => return self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
+                Err(ReadMiss::Migrated) => cpu = self.hw.cpu_index(),
+                Err(_) => break,
+            }
         }
+        // Nothing fresh: not earlier than anything any CPU returned.
+        self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor()))
     }
 
     /// The validated map of `cpu`'s area now (one seqlock sample, and a
@@ -419,7 +432,11 @@ impl<H: Hardware> Kvmclock<H> {
             .load()
             .map(|(_, e)| e)
             .filter(|e| e.epoch & !ORDERED == epoch);
-        let s = match Sample::take(area, || self.hw.rdtsc_ordered()) {
+        let sampled = Sample::take(area, || self.hw.rdtsc_ordered());
+        if self.hw.cpu_index() != cpu {
+            return Err(ReadMiss::Migrated);
+        }
+        let s = match sampled {
             Ok(s) => s,
             Err(_) => {
                 // The host is mid-update for too long: the last validated
