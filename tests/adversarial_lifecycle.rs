@@ -186,7 +186,6 @@ fn resume_after_s3_reenables_the_hyperv_page() {
 }
 
 #[test]
-#[ignore = "BUG: the Hyper-V MSR clock reads TIME_REF_COUNT with rdmsr, not try_rdmsr: a partition that faults it after the probe #GPs the guest from watchdog_tick"]
 fn a_partition_whose_time_ref_count_faults_after_the_probe_never_panics() {
     // CPUID promised TIME_REF_COUNT; after the probe it raises #GP. Reads
     // through the watchdog (the MSR is a member) and a forced MSR clock

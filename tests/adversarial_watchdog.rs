@@ -245,7 +245,6 @@ fn a_tsc_rate_change_fools_the_raw_tsc_but_not_kvmclock() {
 }
 
 #[test]
-#[ignore = "BUG: a pvclock update is judged for continuity at the TSC value of the read that first sees it, not at its tsc_timestamp: seen late after a TSC rate change, a legitimate migration is reanchored and demotes kvmclock"]
 fn a_tsc_rate_change_under_migration_will_not_leaves_the_tsc() {
     // The OS promised no migration, so the invariant TSC (rate from the
     // KVM leaf) is current; a migration happens anyway. The clock leaves
@@ -267,7 +266,6 @@ fn a_tsc_rate_change_under_migration_will_not_leaves_the_tsc() {
 }
 
 #[test]
-#[ignore = "BUG: a pvclock update is judged for continuity at the TSC value of the read that first sees it, not at its tsc_timestamp: seen late after a TSC rate change, a legitimate migration is reanchored and demotes kvmclock"]
 fn a_migration_update_seen_late_is_still_continuous() {
     // The TSC becomes 20% faster and the host rewrites the area at once;
     // the guest's next read comes 250 ms later. At the update's own
@@ -387,7 +385,6 @@ fn the_reference_s_wraps_are_fed_too() {
 }
 
 #[test]
-#[ignore = "BUG: a switch away from a source whose reading failed the jump check starts the new source from that reading (here an hour ahead)"]
 fn a_tsc_jumping_an_hour_ahead_is_not_returned() {
     // Bare metal, the TSC current, the HPET as independent 64-bit anchor:
     // the TSC steps an hour ahead. No reading beyond what the HPET explains

@@ -172,8 +172,8 @@ fn hyperv_selects_the_reference_page() {
         "no HPET region or mapper given"
     );
     assert_eq!(rejection_text(r, SourceId::Kvmclock), "not a KVM guest");
-    m.reset_traps();
     let clock = p.into_clock().unwrap();
+    m.reset_traps();
     for _ in 0..100 {
         clock.now();
     }

@@ -154,7 +154,9 @@ impl core::error::Error for CpuError {}
 ///   not checked per read; the promise is checked where it can be (kvmclock
 ///   areas must agree, [`STABLE_AGREEMENT_NS`](crate::kvmclock::STABLE_AGREEMENT_NS);
 ///   the OS's warp test; `IA32_TSC_ADJUST`), and once broken, reads go
-///   through the clamp. A switch between sources continues above every
+///   through the clamp. (A read in flight on another CPU at that moment
+///   may still finish on the old promise, ahead by up to the disagreement
+///   found; the next watchdog tick raises the clamp above it.) A switch between sources continues above every
 ///   floor: at most [`SWITCH_MARGIN_NS`] forward, never back.
 ///
 /// # What the read path checks
@@ -207,6 +209,10 @@ pub struct Clock<H: Hardware + Clone> {
     /// Unix ns at clock ns 0 (wrapping), if known.
     pub(crate) unix_offset: AtomicU64,
     pub(crate) unix_known: AtomicBool,
+    /// The backends' combined epochs last seen ([`Clock::follow_backend_epochs`]).
+    pub(crate) backend_epochs: AtomicU32,
+    /// The clamp takes the floors' maximum again at the next tick.
+    pub(crate) reclamp: AtomicBool,
     /// The user clock page to republish at every source change.
     pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
 }
@@ -298,11 +304,21 @@ impl<H: Hardware + Clone> Clock<H> {
             switches: AtomicU32::new(0),
             unix_offset: AtomicU64::new(0),
             unix_known: AtomicBool::new(false),
+            backend_epochs: AtomicU32::new(0),
+            reclamp: AtomicBool::new(false),
             clock_page,
         };
         // The timeline starts at 0 on the selected source.
         clock.start_source(selected, 0);
+        clock.anchor_at_start(0);
         clock.init_wall_clock();
+        // A TSC the OS already found out of step (Platform::tsc_sync)
+        // withdraws the hosts' cross-CPU promises as a later
+        // `set_tsc_sync` would.
+        if clock.backends.tsc_out_of_step() {
+            clock.backends.each(|b| b.tsc_unsynchronized());
+        }
+        clock.follow_backend_epochs();
         Ok(clock)
     }
 
@@ -425,6 +441,31 @@ impl<H: Hardware + Clone> Clock<H> {
         self.publish_page();
     }
 
+    /// The current source's reading on the clock's timeline, without the
+    /// read path's checks (for a watchdog round that has just verified the
+    /// source against its reference). `None` if it gives no reading now.
+    pub(crate) fn verified_now_ns(&self) -> Option<u64> {
+        let id = self.source_id();
+        let i = id.index();
+        match id {
+            SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc => self
+                .mapped_now_ns(id)
+                .map(|ns| ns.wrapping_add(self.offsets[i].load(Ordering::Acquire)))
+                .filter(|v| *v <= read::BEFORE_ZERO),
+            _ => {
+                let (src, scale) = (self.backends.source(id)?, self.scale_of(i)?);
+                let d = src
+                    .read()
+                    .saturating_sub(self.base_ticks[i].load(Ordering::Acquire));
+                Some(
+                    self.base_ns[i]
+                        .load(Ordering::Acquire)
+                        .saturating_add(scale.ticks_to_ns(d)),
+                )
+            }
+        }
+    }
+
     /// A TSC-based source's own nanoseconds now (for setting its offset).
     fn mapped_now_ns(&self, id: SourceId) -> Option<u64> {
         fn value<M: Mapped>(m: Option<&M>, cpu: usize) -> Option<u64> {
@@ -489,7 +530,25 @@ impl<H: Hardware + Clone> Clock<H> {
         if tsc_bad {
             self.tsc_sync_changed();
         }
+        self.follow_backend_epochs();
         first
+    }
+
+    /// When a backend's cached maps all went stale (a revoked cross-CPU
+    /// promise, a resume), starts a new generation of the clock's own
+    /// per-CPU maps: readers take the slow path once and pick up what the
+    /// backend says now (e.g. "no longer ordered: clamp").
+    pub(crate) fn follow_backend_epochs(&self) {
+        let now = self.backends.epochs();
+        if self.backend_epochs.swap(now, Ordering::AcqRel) != now {
+            self.state.fetch_add(1 << 8, Ordering::AcqRel);
+            // A read in flight on another CPU may still finish on the old
+            // promise and raise its floor after the clamp took the floors'
+            // maximum: the next watchdog tick takes it again.
+            self.reclamp.store(true, Ordering::Release);
+        } else if self.reclamp.swap(false, Ordering::AcqRel) {
+            self.clamp.clamp(self.slots().max_floor());
+        }
     }
 
     /// Per-CPU teardown: call on every application processor before the
@@ -524,6 +583,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if unsynchronized && self.backends.tsc_out_of_step() {
             self.backends.each(|b| b.tsc_unsynchronized());
         }
+        self.follow_backend_epochs();
         if let Some(t) = self.backends.source(SourceId::Tsc) {
             let mut r = self.report.lock();
             if let Some(c) = r.get_mut(SourceId::Tsc) {
@@ -559,6 +619,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 first = Err(e);
             }
         });
+        self.follow_backend_epochs();
         first
     }
 

@@ -16,6 +16,10 @@ use clockhal_core::{PerCpuSlots, SlotEntry, TscMap};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
+/// Clock readings above this (292 years) are a source reading below the
+/// timeline's start, wrapped: treated as "before 0", never as time.
+pub(crate) const BEFORE_ZERO: u64 = 1 << 63;
+
 /// The state word's source index bits.
 pub(crate) const ID_MASK: u32 = 0xFF;
 
@@ -110,6 +114,13 @@ impl<H: Hardware + Clone> Clock<H> {
             Some(now) => {
                 let map = now.map.offset_by(offset);
                 let v = map.apply(now.tsc);
+                if v > BEFORE_ZERO {
+                    // The source reads below where the clock's timeline
+                    // started for it (a step back soon after the start, an
+                    // AP behind the boot CPU): "before 0" on the wrapping
+                    // timeline, never ~2^64. This CPU's floor answers.
+                    return self.raise(cpu, true, 0);
+                }
                 if !now.ordered {
                     // Leaving the source's own order for the clamp's.
                     self.clamp.clamp(self.slots().max_floor());
@@ -133,6 +144,9 @@ impl<H: Hardware + Clone> Clock<H> {
                 (v, now.ordered)
             }
             None => match m.fallback_ns(cpu) {
+                Some(ns) if ns.wrapping_add(offset) > BEFORE_ZERO => {
+                    return self.raise(cpu, true, 0);
+                }
                 Some(ns) => (ns.wrapping_add(offset), false),
                 None => return self.hold(cpu),
             },
@@ -210,10 +224,11 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         match self.verify_jump(v) {
             Ok(()) => true,
-            Err(excess_ns) => {
+            Err(Some(excess_ns)) => {
                 self.demote_current(Demotion::Jumped { excess_ns });
                 false
             }
+            Err(None) => false,
         }
     }
 

@@ -140,6 +140,11 @@ pub(crate) trait Backend {
     fn out_of_step(&self) -> bool {
         false
     }
+    /// Changes when the backend's cached maps all become stale (a revoked
+    /// cross-CPU promise, a resume): the clock then drops its own.
+    fn epoch(&self) -> u32 {
+        0
+    }
     /// As a calibration reference: reads so far that may have lost a wrap
     /// of its counter (a running count; the PIT's 54.9 ms).
     fn reference_overruns(&self) -> u64 {
@@ -291,6 +296,13 @@ impl<H: Hardware + Clone> Backends<H> {
     /// The TSC's CPUs are known to be out of step.
     pub(crate) fn tsc_out_of_step(&self) -> bool {
         self.tsc.as_ref().is_some_and(Backend::out_of_step)
+    }
+
+    /// The backends' epochs combined (see [`Backend::epoch`]).
+    pub(crate) fn epochs(&self) -> u32 {
+        let mut sum = 0u32;
+        self.each(|b| sum = sum.wrapping_mul(31).wrapping_add(b.epoch()));
+        sum
     }
 
     /// Unix time now, if some backend knows it.

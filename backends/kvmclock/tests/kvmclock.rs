@@ -250,7 +250,11 @@ fn version_stuck_odd_is_bounded_and_keeps_the_last_valid_parameters() {
     // up after MAX_READ_ATTEMPTS loads; each read issues at most three
     // TSC reads (the fast path's, a retry's, the held value's from the
     // last valid parameters, which still describe the TSC).
-    assert!(m.traps().rdtsc <= rdtscs + 3 * 3, "{}", m.traps().rdtsc - rdtscs);
+    assert!(
+        m.traps().rdtsc <= rdtscs + 3 * 3,
+        "{}",
+        m.traps().rdtsc - rdtscs
+    );
     assert!(held[0] >= a + 5_000_000, "{held:?} after {a}");
     assert!(held.windows(2).all(|w| w[1] >= w[0]));
     assert_eq!(clock.stats().busy_reads, 3);
