@@ -13,6 +13,10 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # Kernel crates live in their own workspace (they link for bare metal).
 KERNELS=conformance/kernels
+# The library crates' declared rust-version, and the nightly docs.rs stands
+# for (pinned, so CI does not change under us).
+MSRV=1.85
+DOCS_NIGHTLY=nightly-2026-08-01
 
 step "format"
 cargo fmt --all -- --check
@@ -44,8 +48,35 @@ for f in kvmclock hyperv tsc hpet acpi-pm defmt embedded-time; do
 done
 cargo build -q -p clockhal --target x86_64-unknown-none --features kvmclock,hyperv,tsc,hpet,acpi-pm,defmt,embedded-time
 
-step "docs (warnings are errors)"
+step "docs (warnings are errors) and the READMEs' docs.rs links"
 RUSTDOCFLAGS="-D warnings" cargo doc -q --workspace --no-deps --all-features
+./scripts/check-readme-links.sh
+
+# docs.rs builds with nightly and `--cfg docsrs`, which turns on the
+# feature badges (`doc_cfg`); this is that build, on a pinned nightly.
+step "docs as docs.rs builds them ($DOCS_NIGHTLY, --cfg docsrs)"
+rustup toolchain install "$DOCS_NIGHTLY" --profile minimal --no-self-update
+RUSTDOCFLAGS="--cfg docsrs -D warnings" CARGO_TARGET_DIR=target/docsrs \
+    cargo "+$DOCS_NIGHTLY" doc -q --workspace --no-deps --all-features
+
+# The declared rust-version, built for real, against Cargo.lock. --locked: a
+# locked dependency that needs a newer rustc fails here; then lock an older
+# one (`CARGO_RESOLVER_INCOMPATIBLE_RUST_VERSIONS=fallback cargo update -p
+# <dep>` picks the newest that builds on the MSRV).
+step "MSRV: the library crates with Rust $MSRV (host and x86_64-unknown-none)"
+rustup toolchain install "$MSRV" --profile minimal --target x86_64-unknown-none --no-self-update
+msrv_build() { CARGO_TARGET_DIR=target/msrv cargo "+$MSRV" build -q --locked "$@"; }
+msrv_build "${LIBS[@]/#/--package=}" --package=clockhal --package=clockhal-sim --package=clockhal-linux --all-features
+msrv_build "${LIBS[@]/#/--package=}" --package=clockhal --target x86_64-unknown-none \
+    --features clockhal/defmt,clockhal/embedded-time
+
+# Every publishable crate, packaged in dependency order and each package
+# built from its own .crate against the others (a local registry overlay);
+# nothing is uploaded. --allow-dirty: local runs with uncommitted changes.
+step "packages: cargo publish --dry-run --workspace"
+mkdir -p target/package && touch target/package/.stamp
+cargo publish -q --workspace --dry-run --allow-dirty
+echo "  packaged and verified:" $(cd target/package && find . -maxdepth 1 -type d -name 'clockhal*' -newer .stamp | sed 's|^\./||' | sort)
 
 if [[ "${SKIP_MATRIX:-0}" == 1 ]]; then
     step "QEMU matrix: SKIPPED (SKIP_MATRIX=1)"

@@ -1,36 +1,5 @@
-//! A deterministic simulated x86_64 machine for host tests.
-//!
-//! - **Time** is a nanosecond counter that only moves when the machine is
-//!   used: every `rdtsc` costs [`SimCosts::rdtsc_ns`], every trapping access
-//!   (MSR, port, MMIO) [`SimCosts::trap_ns`], every `cpuid`
-//!   [`SimCosts::cpuid_ns`]; tests add more with [`SimMachine::advance`]. So
-//!   runs are repeatable and spin loops always terminate.
-//! - **CPUs**: any number, each with its own TSC offset; the calling thread's
-//!   CPU is chosen with [`SimMachine::set_cpu`] / [`SimMachine::on_cpu`].
-//! - **CPUID** comes from a table; leaves not in it read as zero, or as
-//!   deterministic garbage with [`SimConfig::cpuid_garbage`] (QEMU TCG above a
-//!   range's maximum leaf).
-//! - **Devices**: a KVM host that writes pvclock areas registered via MSR
-//!   ([`KvmHost`]), a Hyper-V partition with the reference TSC page and
-//!   TIME_REF_COUNT ([`HypervHost`]), an HPET ([`Hpet`]), an ACPI PM timer
-//!   ([`PmTimer`]), an 8254 PIT ([`Pit8254`]) and a CMOS RTC ([`CmosRtc`]),
-//!   each with fault injection.
-//! - **Trap counters**: every MSR, port and MMIO access is counted
-//!   ([`TrapCounts`]), so a test can assert "exactly one exit per read";
-//!   [`PortTap`] logs (and can rewrite) each 8-bit port access.
-//! - **Memory** shared with the "hypervisor" is allocated by the machine
-//!   ([`SimMachine::alloc_pvclock_areas`], ...), which remembers the fake
-//!   physical address it handed out.
-//!
-//! ```
-//! use clockhal_sim::SimMachine;
-//! use clockhal_x86::Hardware;
-//! let m = SimMachine::bare_metal();
-//! let a = m.rdtsc();
-//! m.advance(1_000); // 1 us
-//! assert!(m.rdtsc() - a >= 2_592);
-//! ```
-
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
 mod acpi_tables;
