@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every clockhal test on a fresh machine: formatting, lints, host tests
-# (simulated machine), no_std builds for x86_64-unknown-none, docs, the kernel
-# crates, and the QEMU conformance matrix.
+# (simulated machine), no_std builds for x86_64-unknown-none, docs (also as
+# docs.rs builds them), builds with the declared MSRV, the crates.io packages
+# (dry run), the kernel crates, and the QEMU conformance matrix.
 #
 #   ./scripts/test-all.sh            # everything
 #   SKIP_MATRIX=1 ./scripts/test-all.sh   # everything but QEMU
