@@ -158,6 +158,9 @@ pub use clockhal_hyperv as hyperv;
 /// The kvmclock backend.
 #[cfg(feature = "kvmclock")]
 pub use clockhal_kvmclock as kvmclock;
+/// The PIT backend.
+#[cfg(feature = "pit")]
+pub use clockhal_pit as pit;
 /// The TSC backend.
 #[cfg(feature = "tsc")]
 pub use clockhal_tsc as tsc;

@@ -456,6 +456,12 @@ mod tests {
                 while !stop.load(Ordering::Relaxed) {
                     slot.store(if i % 2 == 0 { &b } else { &a });
                     i += 1;
+                    // Gaps between stores, so a reader on a loaded machine
+                    // also completes reads (stores back to back could
+                    // starve it; the torn check runs either way).
+                    for _ in 0..(i % 64) {
+                        std::hint::spin_loop();
+                    }
                 }
             })
         };

@@ -139,7 +139,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let id = (st & ID_MASK) as usize;
         let (Some(src), Some(scale)) = (
             SourceId::from_index(id).and_then(|i| self.backends.source(i)),
-            self.scales[id],
+            self.scale_of(id),
         ) else {
             return self.hold(cpu);
         };

@@ -22,12 +22,16 @@ use core::sync::atomic::Ordering;
 /// The watchdog's state, under the clock's watchdog lock.
 pub(crate) struct State {
     /// The comparison over the current members, and which source each is.
-    core: Option<(Watchdog, [Option<SourceId>; MAX_MEMBERS])>,
+    pub(crate) core: Option<(Watchdog, [Option<SourceId>; MAX_MEMBERS])>,
     /// Backend host-fault counters at the previous tick.
     faults_seen: [u64; MAX_CANDIDATES],
     /// For the jump check: a clock instant and an independent 64-bit
     /// reference's ticks then.
     anchor: Option<(u64, SourceId, u64)>,
+    /// The TSC rate refinement's baseline: the reference it was taken
+    /// against and the sample (`refine.rs`).
+    #[cfg_attr(not(feature = "tsc"), allow(dead_code))]
+    pub(crate) refine: Option<(SourceId, clockhal_core::Bracketed)>,
 }
 
 impl State {
@@ -36,6 +40,7 @@ impl State {
             core: None,
             faults_seen: [0; MAX_CANDIDATES],
             anchor: None,
+            refine: None,
         }
     }
 }
@@ -56,6 +61,15 @@ pub enum WatchdogEvent {
     /// The baseline was restarted (on request, or after a change of the
     /// sources compared).
     Restarted,
+    /// The TSC's calibrated rate was refined over a long baseline (its
+    /// rating may have risen: selection ran again, see
+    /// [`Clock::source_id`]).
+    RateRefined {
+        /// The refined source (the TSC).
+        source: SourceId,
+        /// The refined rate's bound, ppm.
+        uncertainty_ppm: u32,
+    },
     /// A round was judged.
     Judged {
         /// The current source.
@@ -91,7 +105,7 @@ pub enum WatchdogEvent {
 }
 
 /// Which counter a source reads (sources of one domain vote once).
-fn domain(id: SourceId) -> CounterDomain {
+pub(crate) fn domain(id: SourceId) -> CounterDomain {
     match id {
         SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc => CounterDomain::Tsc,
         SourceId::HypervMsr => CounterDomain::HypervisorCounter,
@@ -204,13 +218,26 @@ impl<H: Hardware + Clone> Clock<H> {
         };
         let round = self.take_round(ref_src, reference, &ids[..n], &sources);
         let j = core.check(&round, reference, cur_m, paused);
-        if restart {
-            return WatchdogEvent::Restarted;
+        let event = if restart {
+            WatchdogEvent::Restarted
+        } else if paused {
+            WatchdogEvent::GuestStopped
+        } else {
+            self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
+        };
+        // A plain judgement gives way to a refinement's news.
+        #[cfg(feature = "tsc")]
+        if !restart
+            && matches!(
+                event,
+                WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
+            )
+        {
+            if let Some(e) = self.refine_tsc(&mut st, ref_id, ref_src, paused) {
+                return e;
+            }
         }
-        if paused {
-            return WatchdogEvent::GuestStopped;
-        }
-        self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
+        event
     }
 
     /// One round: the reference, every other member, the reference; the
@@ -246,7 +273,7 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Whether `id`'s correctness rests on an unverified claim (a
     /// supervised TSC, a rate clockhal estimated, an OS-supplied source).
-    fn conditional(&self, id: SourceId) -> bool {
+    pub(crate) fn conditional(&self, id: SourceId) -> bool {
         match id {
             SourceId::Tsc => self.backends.tsc_conditional(),
             SourceId::Extra => true,
@@ -374,7 +401,7 @@ impl<H: Hardware + Clone> Clock<H> {
             self.raise_ceiling(v.saturating_add(max_jump));
             return Ok(());
         };
-        let (Some(src), Some(scale)) = (self.backends.source(id), self.scales[id.index()]) else {
+        let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
             return Ok(());
         };
         let Some(d) = src.read().checked_sub(ticks) else {
@@ -479,6 +506,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// eligible source is not the current one.
     pub(crate) fn reselect(&self) {
         let _st = self.watchdog.lock();
+        self.reselect_held();
+    }
+
+    /// [`reselect`](Self::reselect) with the watchdog lock held.
+    pub(crate) fn reselect_held(&self) {
         if self.forced.load(Ordering::Acquire) {
             return;
         }

@@ -6,11 +6,13 @@
 mod calibrate;
 mod check;
 mod provenance;
+mod refine;
 mod warp;
 
 pub use calibrate::{calibrate, Calibration, CalibrationError};
 pub use check::{RateCheck, RATE_TOLERANCE_PPM};
-pub use provenance::RateProvenance;
+pub use provenance::{stated_rate, RateProvenance};
+pub use refine::{refined_rate, RefineError, Refinement, REFINED_TARGET_PPM};
 pub use warp::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
 
 use clockhal_core::{
@@ -168,6 +170,9 @@ pub struct Tsc<H: Hardware> {
     rate: Frequency,
     map: TscMap,
     provenance: RateProvenance,
+    /// The run-time refinement of a calibrated rate, once adopted
+    /// ([`refine`](Self::refine)): replaces rate, map and provenance.
+    refined: spin::Once<(Frequency, TscMap, RateProvenance)>,
     check: RateCheck,
     calibration: Option<Calibration>,
     invariant: bool,
@@ -225,6 +230,7 @@ impl<H: Hardware> Tsc<H> {
             map: TscMap::through(&Scale::new(rate), 0, 0),
             rate,
             provenance,
+            refined: spin::Once::new(),
             check,
             calibration: calibration.and_then(Result::ok),
             invariant,
@@ -262,7 +268,63 @@ impl<H: Hardware> Tsc<H> {
     /// The TSC ticks-to-nanoseconds map of the rate in use (through 0), for
     /// a reader that composes it with its own offset (the facade's `Clock`).
     pub fn map(&self) -> TscMap {
-        self.map
+        self.refined.get().map_or(self.map, |r| r.1)
+    }
+
+    /// The rate in use (the probe's, or its run-time refinement).
+    fn rate(&self) -> Frequency {
+        self.refined.get().map_or(self.rate, |r| r.0)
+    }
+
+    /// Adopts a run-time refinement of a calibrated rate (see
+    /// [`refined_rate`]; the facade's watchdog feeds it): once, only over a
+    /// calibration, only if tighter, and only if it agrees with the rate in
+    /// use within both bounds. From then on [`frequency`](ClockSource::frequency),
+    /// [`map`](Self::map), [`provenance`](Self::provenance) and the rating
+    /// follow it. Call it while nothing reads this TSC through its old map
+    /// (the facade refines only a TSC that is not the current source): the
+    /// new map is a different line through 0.
+    pub fn refine(
+        &self,
+        r: &Refinement,
+        reference: &'static str,
+        baseline_ms: u32,
+    ) -> Result<(), RefineError> {
+        if self.refined.is_completed() {
+            return Err(RefineError::AlreadyRefined);
+        }
+        let RateProvenance::Calibrated {
+            uncertainty_ppm: was,
+            ..
+        } = self.provenance
+        else {
+            return Err(RefineError::NotCalibrated);
+        };
+        if r.uncertainty_ppm >= was {
+            return Err(RefineError::NotTighter);
+        }
+        let diff = r.rate.ppb_from(&self.rate) / 1_000;
+        if diff.unsigned_abs() > u64::from(was) + u64::from(r.uncertainty_ppm) {
+            return Err(RefineError::Disagrees { ppm: diff });
+        }
+        if !provenance::plausible(&r.rate) {
+            return Err(RefineError::Implausible);
+        }
+        let prov = RateProvenance::Refined {
+            reference,
+            uncertainty_ppm: r.uncertainty_ppm,
+            baseline_ms,
+        };
+        let mut adopted = false;
+        self.refined.call_once(|| {
+            adopted = true;
+            (r.rate, TscMap::through(&Scale::new(r.rate), 0, 0), prov)
+        });
+        if adopted {
+            Ok(())
+        } else {
+            Err(RefineError::AlreadyRefined)
+        }
     }
 
     /// Why the TSC may not be auto-selected, or `None` if it may.
@@ -275,7 +337,7 @@ impl<H: Hardware> Tsc<H> {
                 worst_backward_ticks,
             });
         }
-        if self.provenance == RateProvenance::BaseFrequencyHint {
+        if self.provenance() == RateProvenance::BaseFrequencyHint {
             return Some(Unusable::NoRealRate);
         }
         if !self.in_step() {
@@ -287,12 +349,11 @@ impl<H: Hardware> Tsc<H> {
         if self.check.is_suspect() {
             return Some(Unusable::RateInDoubt);
         }
-        let uncertainty_ppm = match self.provenance {
-            RateProvenance::Calibrated {
-                uncertainty_ppm, ..
-            } => uncertainty_ppm,
-            p if p.is_exact() => 0,
-            _ => u32::MAX,
+        let prov = self.provenance();
+        let uncertainty_ppm = match prov.uncertainty_ppm() {
+            Some(u) => u,
+            None if prov.is_exact() => 0,
+            None => u32::MAX,
         };
         if uncertainty_ppm > SUPERVISED_MAX_UNCERTAINTY_PPM {
             return Some(Unusable::NotInvariantRateUncertain { uncertainty_ppm });
@@ -316,7 +377,7 @@ impl<H: Hardware> Tsc<H> {
 
     /// Where the rate in use came from.
     pub fn provenance(&self) -> RateProvenance {
-        self.provenance
+        self.refined.get().map_or(self.provenance, |r| r.2)
     }
 
     /// The cross-check of a stated rate against the calibration.
@@ -356,11 +417,10 @@ impl<H: Hardware> Tsc<H> {
         if self.check.is_suspect() {
             return false;
         }
-        match self.provenance {
-            RateProvenance::Calibrated {
-                uncertainty_ppm, ..
-            } => uncertainty_ppm <= TIGHT_PPM,
-            p => p.is_exact(),
+        let prov = self.provenance();
+        match prov.uncertainty_ppm() {
+            Some(u) => u <= TIGHT_PPM,
+            None => prov.is_exact(),
         }
     }
 }
@@ -390,7 +450,7 @@ impl<H: Hardware> ClockSource for Tsc<H> {
     }
 
     fn frequency(&self) -> Frequency {
-        self.rate
+        self.rate()
     }
 
     fn quality(&self) -> Quality {

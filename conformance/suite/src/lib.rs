@@ -11,6 +11,8 @@ pub mod config;
 mod cpus;
 pub mod line;
 mod math;
+#[cfg(feature = "clockhal")]
+pub mod probed;
 mod result;
 mod suite;
 
