@@ -92,9 +92,13 @@ msrv_build "${LIBS[@]/#/--package=}" --package=clockhal --target x86_64-unknown-
 # built from its own .crate against the others (a local registry overlay);
 # nothing is uploaded. --allow-dirty: local runs with uncommitted changes.
 step "packages: cargo publish --dry-run --workspace"
-mkdir -p target/package && touch target/package/.stamp
-cargo publish -q --workspace --dry-run --allow-dirty
-echo "  packaged and verified:" $(cd target/package && find . -maxdepth 1 -type d -name 'clockhal*' -newer .stamp | sed 's|^\./||' | sort)
+# Cargo takes registry crates of one version to be immutable: it reuses an
+# earlier run's unpacking (under $CARGO_HOME/registry/src/-<hash>) and build
+# of the same version even though the sources changed. So: drop those, and
+# verify in a target directory of its own, from scratch.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/clockhal-* target/publish
+CARGO_TARGET_DIR=target/publish cargo publish -q --workspace --dry-run --allow-dirty
+echo "  packaged and verified:" $(cd target/publish/package && ls -d clockhal*/)
 
 if [[ "${SKIP_MATRIX:-0}" == 1 ]]; then
     step "QEMU matrix: SKIPPED (SKIP_MATRIX=1)"
