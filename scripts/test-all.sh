@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every clockhal test on a fresh machine: formatting, lints, host tests
-# (simulated machine), no_std builds for x86_64-unknown-none, docs, the kernel
-# crates, and the QEMU conformance matrix.
+# (simulated machine), no_std builds for x86_64-unknown-none, docs (also as
+# docs.rs builds them), builds with the declared MSRV, the crates.io packages
+# (dry run), the kernel crates, and the QEMU conformance matrix.
 #
 #   ./scripts/test-all.sh            # everything
 #   SKIP_MATRIX=1 ./scripts/test-all.sh   # everything but QEMU
@@ -14,6 +15,10 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # Kernel crates live in their own workspace (they link for bare metal).
 KERNELS=conformance/kernels
+# The library crates' declared rust-version, and the nightly docs.rs stands
+# for (pinned, so CI does not change under us).
+MSRV=1.85
+DOCS_NIGHTLY=nightly-2026-08-01
 
 step "format"
 cargo fmt --all -- --check
@@ -60,8 +65,40 @@ for f in kvmclock hyperv tsc hpet acpi-pm defmt embedded-time; do
 done
 cargo build -q -p clockhal --target x86_64-unknown-none --features kvmclock,hyperv,tsc,hpet,acpi-pm,defmt,embedded-time
 
-step "docs (warnings are errors)"
+step "docs (warnings are errors) and the READMEs' docs.rs links"
 RUSTDOCFLAGS="-D warnings" cargo doc -q --workspace --no-deps --all-features
+./scripts/check-readme-links.sh
+
+# docs.rs builds with nightly and `--cfg docsrs`, which turns on the
+# feature badges (`doc_cfg`); this is that build, on a pinned nightly.
+step "docs as docs.rs builds them ($DOCS_NIGHTLY, --cfg docsrs)"
+source scripts/foreign-lib.sh # ensure_toolchain; the bootloader_api image builder uses the same nightly
+ensure_toolchain "$DOCS_NIGHTLY"
+RUSTDOCFLAGS="--cfg docsrs -D warnings" CARGO_TARGET_DIR=target/docsrs \
+    cargo "+$DOCS_NIGHTLY" doc -q --workspace --no-deps --all-features
+
+# The declared rust-version, built for real, against Cargo.lock. --locked: a
+# locked dependency that needs a newer rustc fails here; then lock an older
+# one (`CARGO_RESOLVER_INCOMPATIBLE_RUST_VERSIONS=fallback cargo update -p
+# <dep>` picks the newest that builds on the MSRV).
+step "MSRV: the library crates with Rust $MSRV (host and x86_64-unknown-none)"
+rustup toolchain install "$MSRV" --profile minimal --target x86_64-unknown-none --no-self-update
+msrv_build() { CARGO_TARGET_DIR=target/msrv cargo "+$MSRV" build -q --locked "$@"; }
+msrv_build "${LIBS[@]/#/--package=}" --package=clockhal --package=clockhal-sim --package=clockhal-linux --all-features
+msrv_build "${LIBS[@]/#/--package=}" --package=clockhal --target x86_64-unknown-none \
+    --features clockhal/defmt,clockhal/embedded-time
+
+# Every publishable crate, packaged in dependency order and each package
+# built from its own .crate against the others (a local registry overlay);
+# nothing is uploaded. --allow-dirty: local runs with uncommitted changes.
+step "packages: cargo publish --dry-run --workspace"
+# Cargo takes registry crates of one version to be immutable: it reuses an
+# earlier run's unpacking (under $CARGO_HOME/registry/src/-<hash>) and build
+# of the same version even though the sources changed. So: drop those, and
+# verify in a target directory of its own, from scratch.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/clockhal-* target/publish
+CARGO_TARGET_DIR=target/publish cargo publish -q --workspace --dry-run --allow-dirty
+echo "  packaged and verified:" $(cd target/publish/package && ls -d clockhal*/)
 
 if [[ "${SKIP_MATRIX:-0}" == 1 ]]; then
     step "QEMU matrix: SKIPPED (SKIP_MATRIX=1)"

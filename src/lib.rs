@@ -106,6 +106,7 @@
 //! | `defmt` | no | `defmt::Format` for every public type (core and arch too) |
 //! | `embedded-time` | no | [`Clock`] implements `embedded_time::Clock` (nanoseconds, `u64`) |
 //! | `std` | no | hosted mode for Linux user space ([`hosted`]) |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 
