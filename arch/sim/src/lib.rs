@@ -55,7 +55,7 @@ use clockhal_x86::paravirt::{
 use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr};
 use std::boxed::Box;
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
@@ -162,6 +162,31 @@ impl SimConfig {
             hyperv: None,
             hpet: None,
             pm_timer: None,
+        }
+    }
+
+    /// What `cpuid(leaf, subleaf)` returns on this machine (without the
+    /// cost or the bookkeeping of an access): the table's entry, else the
+    /// subleaf-0 entry (leaves that ignore ECX are stored so), else zeros
+    /// or deterministic garbage ([`cpuid_garbage`](Self::cpuid_garbage)).
+    pub fn cpuid_value(&self, leaf: u32, subleaf: u32) -> CpuidResult {
+        let entry = match self.cpuid.get(&(leaf, subleaf)) {
+            None if subleaf != 0 => self.cpuid.get(&(leaf, 0)),
+            e => e,
+        };
+        match entry {
+            Some(r) => *r,
+            None if self.cpuid_garbage => {
+                let mut x = (leaf as u64) << 32 | subleaf as u64 | 0x9E37_79B9_0000_0000;
+                let mut next = || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u32
+                };
+                regs(next(), next(), next(), next())
+            }
+            None => CpuidResult::default(),
         }
     }
 
@@ -342,6 +367,9 @@ pub struct SimMachine {
     memory: SharedMemory,
     state: Mutex<State>,
     counters: Counters,
+    /// Distinct (leaf, subleaf) pairs read since the last
+    /// [`take_cpuid_reads`](SimMachine::take_cpuid_reads).
+    cpuid_reads: Mutex<BTreeSet<(u32, u32)>>,
     rdtsc_hook: RdtscHookSlot,
 }
 
@@ -394,6 +422,7 @@ impl SimMachine {
             memory: SharedMemory::default(),
             state: Mutex::new(state),
             counters: Counters::default(),
+            cpuid_reads: Mutex::default(),
             rdtsc_hook: RdtscHookSlot::default(),
         }
     }
@@ -553,6 +582,13 @@ impl SimMachine {
         ] {
             a.store(0, Ordering::SeqCst);
         }
+    }
+
+    /// The distinct CPUID (leaf, subleaf) pairs read since the last call,
+    /// and forgets them: lets a test check that a decoder never reads above
+    /// a range's maximum leaf.
+    pub fn take_cpuid_reads(&self) -> BTreeSet<(u32, u32)> {
+        std::mem::take(&mut *self.cpuid_reads.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Installs `hook`, run right after every `rdtsc`/`rdtscp` (after the
@@ -718,17 +754,6 @@ impl SimMachine {
         let _ = (port, value);
     }
 
-    fn garbage(leaf: u32, sub: u32) -> CpuidResult {
-        let mut x = (leaf as u64) << 32 | sub as u64 | 0x9E37_79B9_0000_0000;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u32
-        };
-        regs(next(), next(), next(), next())
-    }
-
     fn tick(&self, st: &mut State, ns: u64) {
         st.now_ns = st.now_ns.saturating_add(ns);
     }
@@ -790,21 +815,15 @@ impl Hardware for SimMachine {
 
     fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult {
         self.counters.cpuid.fetch_add(1, Ordering::SeqCst);
+        self.cpuid_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((leaf, subleaf));
         {
             let mut st = self.lock();
             self.tick(&mut st, self.config.costs.cpuid_ns);
         }
-        // Leaves that ignore ECX are stored with subleaf 0.
-        match self
-            .config
-            .cpuid
-            .get(&(leaf, subleaf))
-            .or_else(|| self.config.cpuid.get(&(leaf, 0)))
-        {
-            Some(r) => *r,
-            None if self.config.cpuid_garbage => Self::garbage(leaf, subleaf),
-            None => CpuidResult::default(),
-        }
+        self.config.cpuid_value(leaf, subleaf)
     }
 
     fn rdmsr(&self, msr: Msr) -> u64 {
