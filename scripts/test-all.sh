@@ -25,9 +25,13 @@ step "clippy (kernel crates, x86_64-unknown-none)"
 (cd "$KERNELS" && cargo clippy --release --workspace --lib --bins --examples -- -D warnings)
 
 step "host tests (simulated machine)"
-cargo test --workspace --all-features
+cargo test --workspace --all-features --exclude clockhal-invariants
 # What a kernel that disables backends sees (rejected "feature disabled").
 cargo test -p clockhal --no-default-features --features tsc,kvmclock --test feature_disabled
+
+step "invariant checks: seeded random stream + fuzz corpus replay (deep runs: scripts/deep-checks.sh)"
+(cd fuzz && cargo fmt --all -- --check)
+cargo test -q -p clockhal-invariants -- --nocapture
 
 step "live KVM pvclock page of this machine (SKIP lines say why where absent)"
 cargo test -q -p clockhal-bench --test live_pvclock -- --nocapture --test-threads 1

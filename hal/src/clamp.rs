@@ -1,9 +1,9 @@
 //! Keeping a source monotonic across CPUs.
 
 use crate::cell::{Cell64, DefaultCell};
+use crate::sync::{AtomicUsize, Ordering};
 #[cfg(test)]
 use core::sync::atomic::AtomicU64;
-use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Global "never earlier than the last value returned" filter.
 ///

@@ -35,6 +35,7 @@ mod policy;
 mod scale;
 pub mod select;
 mod source;
+mod sync;
 mod time;
 mod watchdog;
 

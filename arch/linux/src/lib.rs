@@ -521,6 +521,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "probes memory with a syscall Miri cannot run")]
     fn probe_tells_readable_from_faulting_memory() {
         let local = [0u8; 64];
         assert_eq!(

@@ -31,6 +31,7 @@ mod memory;
 #[cfg(target_arch = "x86_64")]
 mod native;
 pub mod paravirt;
+mod sync;
 
 pub use hardware::{CpuidResult, Hardware, MmioRegion, Msr};
 pub use memory::{OffsetMapping, PhysMemory, SliceMemory};

@@ -14,12 +14,11 @@ use crate::{Hardware, Msr};
 
 mod scale;
 
-use core::sync::atomic::{AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8};
+use crate::sync::{const_fn, zeroed, AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8};
 pub use scale::{
     hv_next_sequence, hv_reference_scale, hv_scale_tsc, hv_sequence_valid, hv_tsc_hz_from_scale,
     pvclock_scale_delta, pvclock_time_scale, HV_REFERENCE_HZ,
 };
-use static_assertions::{assert_eq_size, const_assert_eq};
 
 /// `pvclock_vcpu_time_info`: one per vCPU, 32 bytes, written by KVM.
 ///
@@ -51,15 +50,26 @@ pub const PVCLOCK_TSC_STABLE_BIT: u8 = 1 << 0;
 /// `flags` bit: the host paused the guest; the guest clears it.
 pub const PVCLOCK_GUEST_STOPPED: u8 = 1 << 1;
 
-assert_eq_size!(PvclockVcpuTimeInfo, [u8; 32]);
-const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_timestamp), 8);
-const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, system_time), 16);
-const_assert_eq!(
-    core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_to_system_mul),
-    24
-);
-const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_shift), 28);
-const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, flags), 29);
+// The ABI layouts (loom's atomics, for the models only, are larger).
+#[cfg(not(loom))]
+mod abi_layout {
+    use super::*;
+    use static_assertions::{assert_eq_size, const_assert_eq};
+    assert_eq_size!(PvclockVcpuTimeInfo, [u8; 32]);
+    const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_timestamp), 8);
+    const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, system_time), 16);
+    const_assert_eq!(
+        core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_to_system_mul),
+        24
+    );
+    const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_shift), 28);
+    const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, flags), 29);
+    assert_eq_size!(PvclockWallClock, [u8; 12]);
+    assert_eq_size!(HvReferenceTscPage, [u8; 4096]);
+    const_assert_eq!(core::mem::align_of::<HvReferenceTscPage>(), 4096);
+    const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, scale), 8);
+    const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, offset), 16);
+}
 
 impl PvclockVcpuTimeInfo {
     /// Writes the area as a KVM host does: version odd while the fields
@@ -67,7 +77,7 @@ impl PvclockVcpuTimeInfo {
     /// restarted). A guest never writes the area; this is for simulators,
     /// benchmarks and tests that play the host.
     pub fn publish(&self, tsc_timestamp: u64, system_time: u64, mul: u32, shift: i8, flags: u8) {
-        use core::sync::atomic::Ordering::{Release, SeqCst};
+        use crate::sync::Ordering::{Release, SeqCst};
         let odd = self.version.load(SeqCst) | 1;
         self.version.store(odd, SeqCst);
         self.tsc_timestamp.store(tsc_timestamp, Release);
@@ -78,17 +88,19 @@ impl PvclockVcpuTimeInfo {
         self.version.store(odd.wrapping_add(1), SeqCst);
     }
 
-    /// A zeroed area (version 0, mul 0: "not yet written").
-    pub const fn new() -> Self {
-        PvclockVcpuTimeInfo {
-            version: AtomicU32::new(0),
-            pad0: AtomicU32::new(0),
-            tsc_timestamp: AtomicU64::new(0),
-            system_time: AtomicU64::new(0),
-            tsc_to_system_mul: AtomicU32::new(0),
-            tsc_shift: AtomicI8::new(0),
-            flags: AtomicU8::new(0),
-            pad: [AtomicU8::new(0), AtomicU8::new(0)],
+    const_fn! {
+        /// A zeroed area (version 0, mul 0: "not yet written").
+        pub fn new() -> Self {
+            PvclockVcpuTimeInfo {
+                version: AtomicU32::new(0),
+                pad0: AtomicU32::new(0),
+                tsc_timestamp: AtomicU64::new(0),
+                system_time: AtomicU64::new(0),
+                tsc_to_system_mul: AtomicU32::new(0),
+                tsc_shift: AtomicI8::new(0),
+                flags: AtomicU8::new(0),
+                pad: [AtomicU8::new(0), AtomicU8::new(0)],
+            }
         }
     }
 }
@@ -137,15 +149,15 @@ pub struct PvclockWallClock {
     pub nsec: AtomicU32,
 }
 
-assert_eq_size!(PvclockWallClock, [u8; 12]);
-
 impl PvclockWallClock {
-    /// A zeroed structure.
-    pub const fn new() -> Self {
-        PvclockWallClock {
-            version: AtomicU32::new(0),
-            sec: AtomicU32::new(0),
-            nsec: AtomicU32::new(0),
+    const_fn! {
+        /// A zeroed structure.
+        pub fn new() -> Self {
+            PvclockWallClock {
+                version: AtomicU32::new(0),
+                sec: AtomicU32::new(0),
+                nsec: AtomicU32::new(0),
+            }
         }
     }
 }
@@ -169,32 +181,29 @@ pub struct HvReferenceTscPage {
     pub reserved: [AtomicU64; 509],
 }
 
-assert_eq_size!(HvReferenceTscPage, [u8; 4096]);
-const_assert_eq!(core::mem::align_of::<HvReferenceTscPage>(), 4096);
-const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, scale), 8);
-const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, offset), 16);
-
 impl HvReferenceTscPage {
     /// Writes the page as Hyper-V does: sequence 0 (invalid) while `scale`
     /// and `offset` change, then `sequence` (see
     /// [`hv_next_sequence`]). For simulators, benchmarks and tests that play
     /// the host.
     pub fn publish(&self, sequence: u32, scale: u64, offset: i64) {
-        use core::sync::atomic::Ordering::{Release, SeqCst};
+        use crate::sync::Ordering::{Release, SeqCst};
         self.sequence.store(0, SeqCst);
         self.scale.store(scale, Release);
         self.offset.store(offset, Release);
         self.sequence.store(sequence, SeqCst);
     }
 
-    /// A zeroed (invalid) page.
-    pub const fn new() -> Self {
-        HvReferenceTscPage {
-            sequence: AtomicU32::new(0),
-            reserved0: AtomicU32::new(0),
-            scale: AtomicU64::new(0),
-            offset: AtomicI64::new(0),
-            reserved: [const { AtomicU64::new(0) }; 509],
+    const_fn! {
+        /// A zeroed (invalid) page.
+        pub fn new() -> Self {
+            HvReferenceTscPage {
+                sequence: AtomicU32::new(0),
+                reserved0: AtomicU32::new(0),
+                scale: AtomicU64::new(0),
+                offset: AtomicI64::new(0),
+                reserved: zeroed![AtomicU64; 509],
+            }
         }
     }
 }

@@ -66,6 +66,7 @@ mod error;
 mod msr;
 mod page;
 mod partition;
+mod sync;
 
 pub use error::{HypervError, PageError};
 pub use msr::{HypervMsrClock, GUARD_SLACK, MSR_QUALITY, MSR_STABILITY};

@@ -1,15 +1,15 @@
 //! The reference TSC page: decoding it, and the "hyperv-page" clock.
 
+use crate::sync::{
+    fence, AtomicU64,
+    Ordering::{Acquire, Relaxed},
+};
 use crate::{HypervMsrClock, PageError, HV_RATE};
 use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability};
 use clockhal_x86::paravirt::{
     hv_disable_reference_tsc, hv_scale_tsc, hv_sequence_valid, HvReferenceTscPage, PhysMapped,
 };
 use clockhal_x86::Hardware;
-use core::sync::atomic::{
-    fence, AtomicU64,
-    Ordering::{Acquire, Relaxed},
-};
 
 /// How many times a read samples a page whose sequence changes under it
 /// before falling back to TIME_REF_COUNT (or holding).
@@ -46,6 +46,9 @@ fn try_read(page: &HvReferenceTscPage, rdtsc: &mut impl FnMut() -> u64) -> Attem
     let scale = page.scale.load(Relaxed);
     let offset = page.offset.load(Relaxed);
     let tsc = rdtsc();
+    // The field loads complete before the sequence re-check
+    // (`clockhal_loom_mutant`: removed; the loom model must then fail).
+    #[cfg(not(clockhal_loom_mutant))]
     fence(Acquire);
     if page.sequence.load(Relaxed) != seq {
         return Attempt::Changed;

@@ -96,6 +96,7 @@
 mod area;
 mod clock;
 mod error;
+mod sync;
 mod wall;
 
 pub use area::{area_tsc_frequency, read_area, PvclockError, PvclockTime, MAX_READ_ATTEMPTS};
