@@ -4,9 +4,11 @@
 #
 #   miri   the pure and simulator-backed tests of clockhal-core, -x86, -sim
 #          and the backends under Miri (undefined behaviour, data races)
-#   fuzz   each libFuzzer target in fuzz/ for FUZZ_SECONDS (default 300 s,
-#          >= 10M executions on this machine kind), one job at a time,
-#          nice -n 10, starting from the committed corpus
+#   fuzz   each libFuzzer target in fuzz/ for FUZZ_SECONDS (default 300 s)
+#          and at least FUZZ_RUNS executions (default 10M: a target still
+#          short of it goes on for the rest, up to 3x FUZZ_SECONDS more),
+#          one job at a time, nice -n 10, starting from the committed corpus
+#          (then minimised again: commit fuzz/corpus if it changed)
 #   loom   the loom models (tests/loom_*.rs) over the real atomics code
 #
 #   ./scripts/deep-checks.sh                 # all three (~55 min on 2 cores)
@@ -21,6 +23,7 @@ cd "$(dirname "$0")/.."
 NIGHTLY=nightly-2026-05-15
 CARGO_FUZZ_VERSION=0.13.2
 FUZZ_SECONDS=${FUZZ_SECONDS:-300}
+FUZZ_RUNS=${FUZZ_RUNS:-10000000}
 TARGETS=(acpi pvclock hyperv frequency wrap_extender monotonic_clamp cpuid)
 # Crates whose tests run under Miri: pure or simulator-backed (the hosted
 # and live-page tests need syscalls and /proc, which Miri cannot run).
@@ -79,19 +82,32 @@ run_fuzz() {
         fi
         if [[ $t == acpi ]]; then dirs+=(fuzz/seeds/acpi); fi
         mkdir -p "fuzz/corpus/$t"
-        local log=target/deep-checks/fuzz-$t.log
-        # Paths relative to fuzz/, where cargo fuzz runs.
-        (cd fuzz && nice -n 10 cargo +"$NIGHTLY" fuzz run "${flags[@]}" "$t" \
-            "${dirs[@]/#fuzz\//}" -- -max_total_time="$FUZZ_SECONDS" \
-            -print_final_stats=1) >"$log" 2>&1 || {
-            tail -40 "$log"
-            echo "FAIL: fuzz $t (log: $log, crash input in fuzz/artifacts/$t/)" >&2
-            exit 1
-        }
-        local execs cov
-        execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
-        cov=$(grep -E '^#[0-9]+.*DONE' "$log" | grep -o 'cov: [0-9]*' | grep -o '[0-9]*$')
+        local log=target/deep-checks/fuzz-$t.log execs=0 cov=0 round=1
+        : >"$log"
+        # Round 1 for the time, round 2 (if needed) for the executions.
+        local limit=(-max_total_time="$FUZZ_SECONDS")
+        while :; do
+            # Paths relative to fuzz/, where cargo fuzz runs.
+            (cd fuzz && nice -n 10 cargo +"$NIGHTLY" fuzz run "${flags[@]}" "$t" \
+                "${dirs[@]/#fuzz\//}" -- "${limit[@]}" -print_final_stats=1) \
+                >"$log.$round" 2>&1 || {
+                tail -40 "$log.$round"
+                echo "FAIL: fuzz $t (log: $log.$round, crash input in fuzz/artifacts/$t/)" >&2
+                exit 1
+            }
+            cat "$log.$round" >>"$log"
+            execs=$((execs + $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log.$round" |
+                grep -o '[0-9]*$')))
+            cov=$(grep -E '^#[0-9]+.*DONE' "$log.$round" | grep -o 'cov: [0-9]*' | grep -o '[0-9]*$')
+            rm -f "$log.$round"
+            if ((execs >= FUZZ_RUNS || round == 2)); then break; fi
+            round=2
+            limit=(-runs=$((FUZZ_RUNS - execs)) -max_total_time=$((3 * FUZZ_SECONDS)))
+        done
         printf '%-16s %12s executions  %5s edges  0 crashes\n' "$t" "$execs" "$cov" | tee -a "$summary"
+        # The run added its new inputs to fuzz/corpus/$t: keep it minimal.
+        (cd fuzz && nice -n 10 cargo +"$NIGHTLY" fuzz cmin "${flags[@]}" "$t" "corpus/$t") \
+            >>"$log" 2>&1
     done
     step "fuzz summary (${FUZZ_SECONDS}s per target)"
     cat "$summary"
