@@ -37,7 +37,7 @@ step "live KVM pvclock page of this machine (SKIP lines say why where absent)"
 cargo test -q -p clockhal-bench --test live_pvclock -- --nocapture --test-threads 1
 
 step "no_std builds for x86_64-unknown-none"
-LIBS=(clockhal-core clockhal-x86 clockhal-kvmclock clockhal-hyperv clockhal-tsc clockhal-hpet clockhal-acpi-pm clockhal-conformance)
+LIBS=(clockhal-core clockhal-x86 clockhal-kvmclock clockhal-hyperv clockhal-tsc clockhal-hpet clockhal-acpi-pm clockhal-pit clockhal-rtc clockhal-conformance)
 for p in "${LIBS[@]}"; do
     cargo build -q -p "$p" --target x86_64-unknown-none --no-default-features
 done

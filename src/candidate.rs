@@ -1,12 +1,17 @@
 //! One probed clock source and what clockhal concluded about it.
 
-use clockhal_core::{Frequency, Quality, ReadCost, Stability};
+use clockhal_core::select::Descriptor;
+use clockhal_core::{Fault, Frequency, Quality, ReadCost, Stability};
 use core::fmt;
 
 /// Which clock source a [`Candidate`] is. Every probe lists its candidates
 /// in this order (the order breaks full ties in selection).
+///
+/// Non-exhaustive: new backends (an aarch64 generic timer, ...) join
+/// without a semver break; [`MAX_CANDIDATES`] leaves room for them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum SourceId {
     /// KVM's paravirtual clock (`kvmclock`).
     Kvmclock,
@@ -20,36 +25,40 @@ pub enum SourceId {
     Hpet,
     /// The ACPI PM timer (`acpi-pm`).
     AcpiPm,
+    /// The 8254 PIT's channel 2 (`pit`).
+    Pit,
     /// The host OS's clock in hosted mode (`monotonic-raw`).
     Os,
     /// A source the OS supplied itself ([`Platform::extra`](crate::Platform::extra)).
     Extra,
 }
 
-/// Number of [`SourceId`]s: the capacity of a [`Report`](crate::Report).
-pub const MAX_CANDIDATES: usize = 8;
+/// Capacity of a [`Report`](crate::Report): every [`SourceId`] plus room
+/// for backends to come.
+pub const MAX_CANDIDATES: usize = 12;
 
 impl SourceId {
     /// Every id, in listing order.
-    pub const ALL: [SourceId; MAX_CANDIDATES] = [
+    pub const ALL: [SourceId; 9] = [
         SourceId::Kvmclock,
         SourceId::HypervPage,
         SourceId::HypervMsr,
         SourceId::Tsc,
         SourceId::Hpet,
         SourceId::AcpiPm,
+        SourceId::Pit,
         SourceId::Os,
         SourceId::Extra,
     ];
 
-    /// Position in [`SourceId::ALL`].
+    /// Position in [`SourceId::ALL`] (below [`MAX_CANDIDATES`]).
     pub const fn index(self) -> usize {
         self as usize
     }
 
     /// The id at position `i` of [`SourceId::ALL`].
     pub const fn from_index(i: usize) -> Option<SourceId> {
-        if i < MAX_CANDIDATES {
+        if i < SourceId::ALL.len() {
             Some(SourceId::ALL[i])
         } else {
             None
@@ -67,6 +76,7 @@ impl SourceId {
             SourceId::Tsc => "tsc",
             SourceId::Hpet => "hpet",
             SourceId::AcpiPm => "acpi-pm",
+            SourceId::Pit => "pit",
             SourceId::Os => "monotonic-raw",
             SourceId::Extra => "extra",
         }
@@ -124,6 +134,9 @@ pub enum Rejection {
     AcpiPm(clockhal_acpi_pm::AcpiPmError),
     /// Hosted mode: the host clock could not be read or calibrated against.
     Hosted(&'static str),
+    /// Another probe result owns this machine's clock hardware (drop it,
+    /// or keep using it: see [`probe`](crate::probe)).
+    HardwareOwned,
 }
 
 impl fmt::Display for Rejection {
@@ -147,6 +160,7 @@ impl fmt::Display for Rejection {
             #[cfg(feature = "acpi-pm")]
             Rejection::AcpiPm(e) => fmt::Display::fmt(e, f),
             Rejection::Hosted(what) => f.write_str(what),
+            Rejection::HardwareOwned => f.write_str("clock hardware owned by another probe result"),
         }
     }
 }
@@ -154,6 +168,7 @@ impl fmt::Display for Rejection {
 /// Why a constructed candidate is no longer eligible for selection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum Demotion {
     /// Self-check: the counter did not change over this many reads.
     NotAdvancing {
@@ -170,18 +185,35 @@ pub enum Demotion {
         /// The candidate it was compared with.
         against: SourceId,
     },
-    /// Run time: the watchdog measured drift beyond its bound.
-    Drift {
-        /// Skew against `against`, in ppm (saturated to `i32`).
-        skew_ppm: i64,
-        /// The watchdog's reference.
+    /// Run time: the watchdog found the source at fault (drift, a step
+    /// back, or it stopped) against `against` (its reference, or the
+    /// consensus the reference belongs to).
+    Watchdog {
+        /// What was wrong.
+        fault: Fault,
+        /// The reference of that round.
         against: SourceId,
     },
-    /// Run time: the watchdog saw the source step backwards.
-    SteppedBack {
-        /// The watchdog's reference.
-        against: SourceId,
+    /// Run time: the backend reported host updates it could not believe
+    /// (rejected, reanchored, a revoked stable bit).
+    HostFaults {
+        /// How many since the previous watchdog tick.
+        count: u64,
     },
+    /// Run time: a reading jumped further ahead than the reference's
+    /// elapsed time explains.
+    Jumped {
+        /// The jump beyond what the reference explains, ns (saturated).
+        excess_ns: u64,
+    },
+    /// Run time: reads found no fresh value too many times in a row.
+    Stuck {
+        /// Consecutive held reads.
+        held_reads: u32,
+    },
+    /// Run time: a supervised TSC went unsupervised (no watchdog tick for
+    /// longer than the supervision timeout).
+    Unsupervised,
 }
 
 impl fmt::Display for Demotion {
@@ -192,15 +224,25 @@ impl fmt::Display for Demotion {
             Demotion::RateDisagrees { ppm, against } => {
                 write!(f, "rate off by {ppm} ppm vs {against}")
             }
-            Demotion::Drift { skew_ppm, against } => {
-                write!(f, "drifted {skew_ppm} ppm vs {against}")
+            Demotion::Watchdog { fault, against } => match fault {
+                Fault::Drift { skew_ppm } => write!(f, "drifted {skew_ppm} ppm vs {against}"),
+                Fault::SteppedBack => write!(f, "stepped back (vs {against})"),
+                Fault::Stopped => write!(f, "stopped (vs {against})"),
+            },
+            Demotion::HostFaults { count } => {
+                write!(f, "{count} implausible host updates")
             }
-            Demotion::SteppedBack { against } => write!(f, "stepped back (vs {against})"),
+            Demotion::Jumped { excess_ns } => {
+                write!(f, "jumped {excess_ns} ns beyond the reference")
+            }
+            Demotion::Stuck { held_reads } => write!(f, "no fresh value in {held_reads} reads"),
+            Demotion::Unsupervised => f.write_str("supervised TSC without watchdog ticks"),
         }
     }
 }
 
-/// A short remark on a usable candidate (shown after its rating).
+/// A short remark on a usable candidate (shown after its rating): why it
+/// is rated as it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Note {
@@ -210,9 +252,17 @@ pub enum Note {
     Traps,
     /// Readings from different CPUs are clamped to stay ordered.
     Clamped,
-    /// The TSC backend's account of its rate.
+    /// The TSC backend's account of its rate (and of why it is not
+    /// auto-selectable, or supervised).
     #[cfg(feature = "tsc")]
-    TscRate(clockhal_tsc::RateProvenance),
+    Tsc {
+        /// Where the rate came from.
+        rate: clockhal_tsc::RateProvenance,
+        /// Why it may not be auto-selected, if so.
+        unusable: Option<clockhal_tsc::Unusable>,
+        /// Selected only under the watchdog's supervision.
+        supervised: bool,
+    },
     /// The PM timer's read mode.
     #[cfg(feature = "acpi-pm")]
     PmMode(clockhal_acpi_pm::PmMode),
@@ -228,7 +278,19 @@ impl fmt::Display for Note {
             Note::Traps => f.write_str("traps"),
             Note::Clamped => f.write_str("clamped across CPUs"),
             #[cfg(feature = "tsc")]
-            Note::TscRate(p) => fmt::Display::fmt(p, f),
+            Note::Tsc {
+                rate,
+                unusable,
+                supervised,
+            } => {
+                fmt::Display::fmt(rate, f)?;
+                if let Some(u) = unusable {
+                    write!(f, "; {u}")?;
+                } else if *supervised {
+                    f.write_str("; not invariant: supervised by the watchdog")?;
+                }
+                Ok(())
+            }
             #[cfg(feature = "acpi-pm")]
             Note::PmMode(clockhal_acpi_pm::PmMode::Fast) => f.write_str("fast mode"),
             #[cfg(feature = "acpi-pm")]
@@ -239,21 +301,27 @@ impl fmt::Display for Note {
     }
 }
 
-/// What clockhal concluded about one candidate.
+/// What clockhal concluded about one candidate. A constructed candidate
+/// carries its [`Descriptor`] (rating, rate, flags, cost); a rejected one
+/// has none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Verdict {
-    /// Constructed and passed its checks: eligible for selection.
-    Usable,
+    /// Constructed and passed its checks: eligible for selection (if rated
+    /// above 0).
+    Usable(Descriptor),
     /// Constructed, but failed a check: not selected automatically.
-    Demoted(Demotion),
+    Demoted {
+        /// What it was.
+        descriptor: Descriptor,
+        /// Why it is out.
+        reason: Demotion,
+    },
     /// Could not be constructed.
     Rejected(Rejection),
 }
 
-/// One clock source as probed: identity, verdict and descriptors.
-///
-/// Descriptors (`rating`, `frequency`, ...) are `None`/empty for rejected
-/// candidates.
+/// One clock source as probed: identity, verdict, remark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Candidate {
     /// Which source.
@@ -262,14 +330,6 @@ pub struct Candidate {
     pub name: &'static str,
     /// The verdict.
     pub verdict: Verdict,
-    /// Rating (`None` if rejected).
-    pub rating: Option<Quality>,
-    /// Exact rate (`None` if rejected).
-    pub frequency: Option<Frequency>,
-    /// Stability flags (empty if rejected).
-    pub stability: Stability,
-    /// Hypervisor exits per read (`None` if rejected).
-    pub read_cost: Option<ReadCost>,
     /// A short remark: rate provenance, read mode, "traps".
     pub note: Note,
 }
@@ -281,10 +341,6 @@ impl Candidate {
             id,
             name: id.default_name(),
             verdict: Verdict::Rejected(reason),
-            rating: None,
-            frequency: None,
-            stability: Stability::empty(),
-            read_cost: None,
             note: Note::None,
         }
     }
@@ -295,12 +351,45 @@ impl Candidate {
         Candidate {
             id,
             name: source.name(),
-            verdict: Verdict::Usable,
-            rating: Some(source.quality()),
-            frequency: Some(source.frequency()),
-            stability: source.stability(),
-            read_cost: Some(source.read_cost()),
+            verdict: Verdict::Usable(source.descriptor()),
             note,
+        }
+    }
+
+    /// The descriptor of a constructed candidate.
+    pub const fn descriptor(&self) -> Option<&Descriptor> {
+        match &self.verdict {
+            Verdict::Usable(d) | Verdict::Demoted { descriptor: d, .. } => Some(d),
+            Verdict::Rejected(_) => None,
+        }
+    }
+
+    /// Rating, if constructed.
+    pub fn rating(&self) -> Option<Quality> {
+        self.descriptor().map(|d| d.rating)
+    }
+
+    /// Exact rate, if constructed.
+    pub fn frequency(&self) -> Option<Frequency> {
+        self.descriptor().map(|d| d.frequency)
+    }
+
+    /// Stability flags (empty if rejected).
+    pub fn stability(&self) -> Stability {
+        self.descriptor()
+            .map_or(Stability::empty(), |d| d.stability)
+    }
+
+    /// Hypervisor exits per read, if constructed.
+    pub fn read_cost(&self) -> Option<ReadCost> {
+        self.descriptor().map(|d| d.read_cost)
+    }
+
+    /// Why it was demoted, if it was.
+    pub const fn demotion(&self) -> Option<Demotion> {
+        match self.verdict {
+            Verdict::Demoted { reason, .. } => Some(reason),
+            _ => None,
         }
     }
 
@@ -311,7 +400,25 @@ impl Candidate {
 
     /// Whether automatic selection may pick it: usable and rated above 0.
     pub fn is_eligible(&self) -> bool {
-        matches!(self.verdict, Verdict::Usable) && self.rating.is_some_and(|q| q.auto_selectable())
+        matches!(&self.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
+    }
+
+    /// Demotes a constructed candidate (a rejected one stays rejected).
+    pub(crate) fn demote(&mut self, reason: Demotion) {
+        if let Some(d) = self.descriptor().copied() {
+            self.verdict = Verdict::Demoted {
+                descriptor: d,
+                reason,
+            };
+        }
+    }
+
+    /// Replaces the descriptor (a rating that changed), keeping the verdict.
+    pub(crate) fn set_descriptor(&mut self, d: Descriptor) {
+        match &mut self.verdict {
+            Verdict::Usable(x) | Verdict::Demoted { descriptor: x, .. } => *x = d,
+            Verdict::Rejected(_) => {}
+        }
     }
 }
 
@@ -333,25 +440,17 @@ mod defmt_impls {
     impl Format for Verdict {
         fn format(&self, f: Formatter) {
             match self {
-                Verdict::Usable => defmt::write!(f, "usable"),
-                Verdict::Demoted(d) => defmt::write!(f, "demoted: {}", d),
+                Verdict::Usable(d) => defmt::write!(f, "usable {}", d),
+                Verdict::Demoted { descriptor, reason } => {
+                    defmt::write!(f, "demoted {}: {}", descriptor, reason)
+                }
                 Verdict::Rejected(r) => defmt::write!(f, "rejected: {}", r),
             }
         }
     }
     impl Format for Candidate {
         fn format(&self, f: Formatter) {
-            defmt::write!(
-                f,
-                "{=str}: {} rating={} freq={} flags={} cost={} note={}",
-                self.name,
-                self.verdict,
-                self.rating,
-                self.frequency,
-                self.stability,
-                self.read_cost,
-                self.note
-            )
+            defmt::write!(f, "{=str}: {} note={}", self.name, self.verdict, self.note)
         }
     }
 }

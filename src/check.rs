@@ -19,7 +19,7 @@
 //! demoted and the run-time watchdog has the last word.
 
 use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
-use clockhal_core::{ClockSource, Duration, Scale};
+use clockhal_core::{ppm, Bracketed, ClockSource, Duration, Scale};
 
 /// Tuning for the probe-time self-check.
 ///
@@ -95,13 +95,13 @@ pub(crate) fn run(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
         let (Some(c), Some(s)) = (report.get(id), sources[id.index()]) else {
             continue;
         };
-        if c.verdict != Verdict::Usable {
+        if !matches!(c.verdict, Verdict::Usable(_)) {
             continue;
         }
         let outcome =
             advances(s, cfg.advance_reads).and_then(|()| monotonic(s, cfg.monotonic_reads));
         if let (Err(d), Some(c)) = (outcome, report.get_mut(id)) {
-            c.verdict = Verdict::Demoted(d);
+            c.demote(d);
         }
     }
     if cfg.rate_interval == Duration::ZERO {
@@ -138,61 +138,29 @@ fn monotonic(s: &dyn ClockSource, reads: u32) -> Result<(), Demotion> {
     Ok(())
 }
 
-/// One source reading bracketed by two pacer readings.
-#[derive(Clone, Copy, Default)]
-struct Bracket {
-    before: u64,
-    src: u64,
-    after: u64,
-}
-
-impl Bracket {
-    fn width(&self) -> u64 {
-        self.after.saturating_sub(self.before)
-    }
-    fn mid(&self) -> u64 {
-        ((self.before as u128 + self.after as u128) / 2) as u64
-    }
-}
-
-/// The narrowest of up to `tries` brackets, and whether it is narrow enough.
+/// The narrowest of up to `tries` brackets of `s` by `pacer`, and whether
+/// it is narrow enough. The pacer measured against itself is exact.
 fn bracket(
     pacer: &dyn ClockSource,
     s: &dyn ClockSource,
     same: bool,
     max_ticks: u64,
     tries: u32,
-) -> (Bracket, bool) {
+) -> (Bracketed, bool) {
     if same {
         let v = pacer.read();
         return (
-            Bracket {
+            Bracketed {
                 before: v,
-                src: v,
+                inner: v,
                 after: v,
             },
             true,
         );
     }
-    let mut best: Option<Bracket> = None;
-    for _ in 0..tries.max(1) {
-        let before = pacer.read();
-        let src = s.read();
-        let after = pacer.read();
-        let b = Bracket { before, src, after };
-        if after < before {
-            continue;
-        }
-        if best.is_none_or(|x| b.width() < x.width()) {
-            best = Some(b);
-        }
-        if b.width() <= max_ticks {
-            break;
-        }
-    }
-    match best {
-        Some(b) => (b, b.width() <= max_ticks),
-        None => (Bracket::default(), false),
+    match Bracketed::tightest(tries, max_ticks, || pacer.read(), || s.read()) {
+        Some(b) => (b, b.width().is_some_and(|w| w <= max_ticks)),
+        None => (Bracketed::default(), false),
     }
 }
 
@@ -225,14 +193,14 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     };
     let (Some(pacer), Some(pacer_freq)) = (
         sources[pacer_id.index()],
-        report.get(pacer_id).and_then(|c| c.frequency),
+        report.get(pacer_id).and_then(|c| c.frequency()),
     ) else {
         return;
     };
     let pscale = Scale::new(pacer_freq);
     let max_window = pscale.ns_to_ticks(cfg.max_window.as_nanos());
 
-    let mut start = [(Bracket::default(), false); MAX_CANDIDATES];
+    let mut start = [(Bracketed::default(), false); MAX_CANDIDATES];
     for &id in ids {
         if let Some(s) = sources[id.index()] {
             start[id.index()] = bracket(pacer, s, id == pacer_id, max_window, cfg.bracket_tries);
@@ -246,7 +214,7 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
             break;
         }
     }
-    let mut end = [(Bracket::default(), false); MAX_CANDIDATES];
+    let mut end = [(Bracketed::default(), false); MAX_CANDIDATES];
     for &id in ids {
         if let Some(s) = sources[id.index()] {
             end[id.index()] = bracket(pacer, s, id == pacer_id, max_window, cfg.bracket_tries);
@@ -256,21 +224,22 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     let mut rel: [Option<Relative>; MAX_CANDIDATES] = [None; MAX_CANDIDATES];
     for &id in ids {
         let ((s, s_ok), (e, e_ok)) = (start[id.index()], end[id.index()]);
-        if e.src < s.src {
+        if e.inner < s.inner {
             if let Some(c) = report.get_mut(id) {
-                c.verdict = Verdict::Demoted(Demotion::WentBackwards);
+                c.demote(Demotion::WentBackwards);
             }
             continue;
         }
         let ref_ns = pscale.ticks_to_ns(e.mid().saturating_sub(s.mid()));
-        let Some(freq) = report.get(id).and_then(|c| c.frequency) else {
+        let Some(freq) = report.get(id).and_then(|c| c.frequency()) else {
             continue;
         };
         if !(s_ok && e_ok) || ref_ns == 0 {
             continue; // inconclusive: no verdict either way
         }
-        let src_ns = Scale::new(freq).ticks_to_ns(e.src - s.src);
-        let half_windows = (pscale.ticks_to_ns(s.width()) + pscale.ticks_to_ns(e.width())) / 2;
+        let src_ns = Scale::new(freq).ticks_to_ns(e.inner - s.inner);
+        let width = |b: &Bracketed| pscale.ticks_to_ns(b.width().unwrap_or(0));
+        let half_windows = (width(&s) + width(&e)) / 2;
         rel[id.index()] = Some(Relative {
             id,
             ppm: ppm(src_ns as i128 - ref_ns as i128, ref_ns),
@@ -324,17 +293,11 @@ fn judge(
 
 fn demote(report: &mut Report, loser: Relative, anchor: &Relative) {
     if let Some(c) = report.get_mut(loser.id) {
-        c.verdict = Verdict::Demoted(Demotion::RateDisagrees {
+        c.demote(Demotion::RateDisagrees {
             ppm: loser.ppm.saturating_sub(anchor.ppm),
             against: anchor.id,
         });
     }
-}
-
-/// `num / den` in ppm, truncated, saturating.
-fn ppm(num: i128, den: u64) -> i64 {
-    let v = num.saturating_mul(1_000_000) / den.max(1) as i128;
-    v.clamp(i64::MIN as i128 + 1, i64::MAX as i128) as i64
 }
 
 #[cfg(test)]
@@ -402,14 +365,14 @@ mod tests {
             10_000,
         );
         assert_eq!(
-            r.get(Hpet).unwrap().verdict,
-            Verdict::Demoted(Demotion::RateDisagrees {
+            r.get(Hpet).unwrap().demotion(),
+            Some(Demotion::RateDisagrees {
                 ppm: 25_000,
                 against: Kvmclock
             })
         );
         for id in [Kvmclock, Tsc, AcpiPm] {
-            assert_eq!(r.get(id).unwrap().verdict, Verdict::Usable, "{id}");
+            assert!(r.get(id).unwrap().is_eligible(), "{id}");
         }
     }
 
@@ -419,14 +382,14 @@ mod tests {
         let ids = [Tsc, Hpet];
         let mut r = report(&ids);
         judge(&mut r, &rels(&[(Tsc, 0), (Hpet, -50_000)]), &ids, 10_000);
-        assert!(matches!(
-            r.get(Tsc).unwrap().verdict,
-            Verdict::Demoted(Demotion::RateDisagrees {
+        assert_eq!(
+            r.get(Tsc).unwrap().demotion(),
+            Some(Demotion::RateDisagrees {
                 ppm: 50_000,
                 against: Hpet
             })
-        ));
-        assert_eq!(r.get(Hpet).unwrap().verdict, Verdict::Usable);
+        );
+        assert!(r.get(Hpet).unwrap().is_eligible());
 
         let ids = [Kvmclock, Hpet];
         let mut r = report(&ids);
@@ -436,7 +399,7 @@ mod tests {
             &ids,
             10_000,
         );
-        assert!(r.candidates().all(|c| c.verdict == Verdict::Usable));
+        assert!(r.candidates().all(|c| c.is_eligible()));
     }
 
     #[test]
@@ -447,6 +410,6 @@ mod tests {
         let mut v = rels(&[(Tsc, 0), (Hpet, 0), (AcpiPm, 10_500)]);
         v[AcpiPm.index()].as_mut().unwrap().uncertainty_ppm = 600;
         judge(&mut r, &v, &ids, 10_000);
-        assert!(r.candidates().all(|c| c.verdict == Verdict::Usable));
+        assert!(r.candidates().all(|c| c.is_eligible()));
     }
 }

@@ -3,9 +3,9 @@
 //! instants and timers work on top of clockhal.
 //!
 //! ```no_run
-//! # fn get() -> &'static clockhal::Clock<'static> { unimplemented!() }
+//! # fn get() -> &'static clockhal::Clock<clockhal::x86::Native> { unimplemented!() }
 //! use embedded_time::{duration::Milliseconds, Clock as _};
-//! let clock: &clockhal::Clock<'_> = get();
+//! let clock = get();
 //! let start = clock.try_now().unwrap();
 //! let timer = clock.new_timer(Milliseconds(5u32)).start().unwrap();
 //! timer.wait().unwrap();
@@ -15,7 +15,7 @@
 use crate::Clock;
 use embedded_time::{clock::Error, fraction::Fraction, Instant};
 
-impl embedded_time::Clock for Clock<'_> {
+impl<H: clockhal_x86::Hardware + Clone> embedded_time::Clock for Clock<H> {
     type T = u64;
 
     /// One tick is one nanosecond.

@@ -110,7 +110,7 @@ mod select;
 
 pub use candidate::{Candidate, Demotion, Note, Rejection, SourceId, Verdict, MAX_CANDIDATES};
 pub use check::SelfCheck;
-pub use clock::{Clock, NoClock, WatchdogEvent, GUARD_SLACK_NS};
+pub use clock::{Clock, CpuError, NoClock, WatchdogEvent, STUCK_READS, SWITCH_MARGIN_NS};
 pub use platform::{HpetAccess, Platform};
 pub use probe::{probe, Probed, HPET_REGION_LEN};
 pub use report::{Report, Table};
@@ -118,8 +118,8 @@ pub use report::{Report, Table};
 /// The hardware-free core (trait, scaling, selection, watchdog).
 pub use clockhal_core as core_api;
 pub use clockhal_core::{
-    ClockSource, Duration, Frequency, Instant, Migration, Policy, Quality, ReadCost, Scale,
-    Stability, WatchdogConfig, WatchdogVerdict,
+    ClockSource, Duration, Fault, Frequency, Instant, MemberVerdict, Migration, Outcome, Policy,
+    Quality, ReadCost, Scale, Stability, UpdateBounds, WatchdogConfig,
 };
 /// Linux user-space pieces used by hosted mode (the live pvclock page).
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -178,8 +178,8 @@ const _: fn() = || {
     is_format::<SourceId>();
     is_format::<Verdict>();
     is_format::<SelfCheck>();
-    is_format::<Clock<'static>>();
-    is_format::<NoClock>();
+    #[cfg(target_arch = "x86_64")]
+    is_format::<Clock<clockhal_x86::Native>>();
     is_format::<WatchdogEvent>();
     is_format::<HpetAccess<'static>>();
     is_format::<Platform<'static>>();
@@ -189,10 +189,7 @@ const _: fn() = || {
     is_format::<Probed<clockhal_x86::Native>>();
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        is_format::<hosted::Hosted>();
         is_format::<hosted::HostedError>();
-        is_format::<hosted::HostedTsc>();
-        is_format::<hosted::OsClock>();
         is_format::<hosted::RateOrigin>();
     }
 };

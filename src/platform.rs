@@ -1,9 +1,9 @@
 //! What only the OS knows, handed to [`probe`](crate::probe) in one value.
 
 use crate::SelfCheck;
-use clockhal_core::{ClockSource, Policy, WatchdogConfig};
+use clockhal_core::{ClockSource, Frequency, Policy, UpdateBounds, WatchdogConfig};
 use clockhal_x86::paravirt::{
-    HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo, PvclockWallClock,
+    HvReferenceTscPage, PhysMapped, PvclockPage, PvclockVcpuTimeInfo, PvclockWallClock,
 };
 use clockhal_x86::{MmioRegion, PhysMemory};
 use core::fmt;
@@ -14,7 +14,6 @@ use core::fmt;
 /// maps the device, so clockhal never maps anything itself: either the OS
 /// passes the region, or it passes a callback that maps the physical base
 /// clockhal found in the ACPI "HPET" table.
-#[derive(Clone, Copy)]
 pub enum HpetAccess<'a> {
     /// No HPET access: the HPET candidate is rejected.
     None,
@@ -22,8 +21,10 @@ pub enum HpetAccess<'a> {
     Region(MmioRegion),
     /// `map(phys, len)` maps `len` bytes of device registers at physical
     /// address `phys` (uncached) and returns the region, or `None` if it
-    /// cannot. Called at most once, only when ACPI names an HPET.
-    Map(&'a dyn Fn(u64, usize) -> Option<MmioRegion>),
+    /// cannot. Called at most once, only when ACPI names an HPET. `FnMut`:
+    /// mapping edits the kernel's page tables and takes frames from its
+    /// allocator.
+    Map(&'a mut dyn FnMut(u64, usize) -> Option<MmioRegion>),
 }
 
 impl fmt::Debug for HpetAccess<'_> {
@@ -46,17 +47,19 @@ impl fmt::Debug for HpetAccess<'_> {
 /// use clockhal::{Platform, Policy};
 /// # fn inputs() -> (u64, clockhal_x86::OffsetMapping) { unimplemented!() }
 /// let (rsdp, phys_mem) = inputs();
-/// let map_hpet = |phys: u64, len: usize| -> Option<clockhal_x86::MmioRegion> {
+/// let mut mapped = 0;
+/// let mut map_hpet = |phys: u64, len: usize| -> Option<clockhal_x86::MmioRegion> {
 ///     // Map `phys..phys + len` uncached in the kernel's page tables, then:
+///     mapped += 1;
 ///     // SAFETY: the mapping above points at the HPET's registers.
 ///     unsafe { clockhal_x86::MmioRegion::new(phys as usize, len) }
 /// };
 /// let platform = Platform::new()
 ///     .acpi(rsdp, &phys_mem)
-///     .hpet_mapper(&map_hpet)
+///     .hpet_mapper(&mut map_hpet)
+///     .cpus(4)
 ///     .policy(Policy::new());
 /// ```
-#[derive(Clone, Copy)]
 pub struct Platform<'a> {
     pub(crate) acpi: Option<(u64, &'a dyn PhysMemory)>,
     pub(crate) hpet: HpetAccess<'a>,
@@ -66,8 +69,13 @@ pub struct Platform<'a> {
     pub(crate) hyperv_tsc_page: Option<PhysMapped<HvReferenceTscPage>>,
     pub(crate) hyperv_guest_os_id: Option<u64>,
     pub(crate) tsc_reference: Option<&'a dyn ClockSource>,
+    pub(crate) tsc_rate: Option<Frequency>,
     #[cfg(feature = "tsc")]
     pub(crate) tsc_sync: clockhal_tsc::SyncStatus,
+    pub(crate) cpus: usize,
+    pub(crate) update_bounds: UpdateBounds,
+    pub(crate) supervision_timeout: clockhal_core::Duration,
+    pub(crate) max_jump: clockhal_core::Duration,
     pub(crate) policy: Policy,
     pub(crate) self_check: SelfCheck,
     pub(crate) watchdog: WatchdogConfig,
@@ -97,6 +105,9 @@ impl fmt::Debug for Platform<'_> {
             .field("hyperv_tsc_page", &self.hyperv_tsc_page.map(|p| p.phys()))
             .field("hyperv_guest_os_id", &self.hyperv_guest_os_id)
             .field("tsc_reference", &self.tsc_reference.map(|r| r.name()))
+            .field("tsc_rate", &self.tsc_rate)
+            .field("cpus", &self.cpus)
+            .field("update_bounds", &self.update_bounds)
             .field("policy", &self.policy)
             .field("self_check", &self.self_check)
             .field("watchdog", &self.watchdog)
@@ -118,8 +129,13 @@ impl<'a> Platform<'a> {
             hyperv_tsc_page: None,
             hyperv_guest_os_id: None,
             tsc_reference: None,
+            tsc_rate: None,
             #[cfg(feature = "tsc")]
             tsc_sync: clockhal_tsc::SyncStatus::default(),
+            cpus: 1,
+            update_bounds: UpdateBounds::new(),
+            supervision_timeout: clockhal_core::Duration::from_secs(2),
+            max_jump: clockhal_core::Duration::from_secs(10),
             policy: Policy::new(),
             self_check: SelfCheck::new(),
             watchdog: WatchdogConfig::default(),
@@ -142,7 +158,7 @@ impl<'a> Platform<'a> {
     }
 
     /// A callback mapping the HPET that ACPI names (see [`HpetAccess::Map`]).
-    pub fn hpet_mapper(mut self, map: &'a dyn Fn(u64, usize) -> Option<MmioRegion>) -> Self {
+    pub fn hpet_mapper(mut self, map: &'a mut dyn FnMut(u64, usize) -> Option<MmioRegion>) -> Self {
         self.hpet = HpetAccess::Map(map);
         self
     }
@@ -156,9 +172,19 @@ impl<'a> Platform<'a> {
 
     /// Memory for kvmclock: one pvclock area per vCPU (index = the
     /// [`Hardware::cpu_index`](clockhal_x86::Hardware::cpu_index) of the
-    /// vCPU that registers it).
+    /// vCPU that registers it). The slice must be physically contiguous
+    /// (`PhysMapped::new`'s promise); a static array in a higher-half
+    /// kernel may straddle two frames — prefer
+    /// [`pvclock_page`](Self::pvclock_page).
     pub fn pvclock_areas(mut self, areas: PhysMapped<[PvclockVcpuTimeInfo]>) -> Self {
         self.pvclock_areas = Some(areas);
+        self
+    }
+
+    /// Memory for kvmclock as one page of 128 areas: a single physical
+    /// frame, so every area's physical address is right by construction.
+    pub fn pvclock_page(mut self, page: PhysMapped<PvclockPage>) -> Self {
+        self.pvclock_areas = Some(page.areas());
         self
     }
 
@@ -174,7 +200,11 @@ impl<'a> Platform<'a> {
         self
     }
 
-    /// The Hyper-V guest OS identity to write (if the OS has not already).
+    /// Lets clockhal write this Hyper-V guest OS identity if none is set
+    /// (opt-in: without it clockhal never writes the guest OS ID MSR, and a
+    /// partition with no identity gets no reference TSC page).
+    /// `clockhal::hyperv::DEFAULT_GUEST_OS_ID` is one an OS without its own
+    /// may use.
     pub fn hyperv_guest_os_id(mut self, id: u64) -> Self {
         self.hyperv_guest_os_id = Some(id);
         self
@@ -188,10 +218,59 @@ impl<'a> Platform<'a> {
         self
     }
 
-    /// The OS's TSC synchronisation test result across CPUs.
+    /// The OS's TSC synchronisation test result across CPUs, if it ran one
+    /// before probing (it can also give it later:
+    /// [`Clock::set_tsc_sync`](crate::Clock::set_tsc_sync)).
     #[cfg(feature = "tsc")]
     pub fn tsc_sync(mut self, sync: clockhal_tsc::SyncStatus) -> Self {
         self.tsc_sync = sync;
+        self
+    }
+
+    /// The TSC rate the OS or its loader knows (a boot parameter, its own
+    /// calibration, a firmware table): used after CPUID's own statements,
+    /// shown as "rate supplied by the OS", and cross-checked against a
+    /// reference when one exists.
+    pub fn tsc_rate(mut self, rate: Frequency) -> Self {
+        self.tsc_rate = Some(rate);
+        self
+    }
+
+    /// How many CPUs the OS runs (default 1). With more than one, the TSC
+    /// is not auto-selected until a warp test says the TSCs are in step.
+    pub fn cpus(mut self, n: usize) -> Self {
+        self.cpus = n.max(1);
+        self
+    }
+
+    /// How long a supervised TSC (not invariant, kept under the watchdog)
+    /// stays the current source after the last watchdog tick that judged
+    /// it (default 2 s: eight ticks at the suggested 250 ms). Past it, the
+    /// next read switches to the best source that needs no supervision:
+    /// an OS that stops ticking falls back to a correct clock instead of
+    /// running on an unchecked TSC.
+    pub fn supervision_timeout(mut self, d: clockhal_core::Duration) -> Self {
+        self.supervision_timeout = d;
+        self
+    }
+
+    /// Readings more than this beyond the last instant the watchdog
+    /// verified (default 10 s) are checked against an independent 64-bit
+    /// counter (the HPET, the Hyper-V MSR) before they are returned: a
+    /// source that jumps further than that counter's elapsed time explains
+    /// (by 1% + 1 s) is at fault (`Demotion::Jumped`), its reading is not
+    /// returned. A host pause announced through kvmclock is not a jump
+    /// (kvmclock itself hides it); one the host does not announce looks
+    /// like a jump of the raw TSC.
+    pub fn max_jump(mut self, d: clockhal_core::Duration) -> Self {
+        self.max_jump = d;
+        self
+    }
+
+    /// What a hypervisor's update of kvmclock or Hyper-V page parameters
+    /// may do before it is not believed (`clockhal_core::UpdateBounds`).
+    pub fn update_bounds(mut self, bounds: UpdateBounds) -> Self {
+        self.update_bounds = bounds;
         self
     }
 

@@ -78,11 +78,11 @@ impl Report {
         }
         let group = |c: &Candidate| match c.verdict {
             _ if Some(c.id) == self.selected => 0,
-            Verdict::Usable => 1,
-            Verdict::Demoted(_) => 2,
+            Verdict::Usable(_) => 1,
+            Verdict::Demoted { .. } => 2,
             Verdict::Rejected(_) => 3,
         };
-        // Insertion sort: at most 8 entries, stable, no allocation.
+        // Insertion sort: a handful of entries, stable, no allocation.
         for i in 1..n {
             let mut j = i;
             while j > 0 {
@@ -174,7 +174,7 @@ impl fmt::Display for Report {
             }
             sep(f)?;
             write!(f, "{}(", c.name)?;
-            match c.rating {
+            match c.rating() {
                 Some(q) => write!(f, "{q}")?,
                 None => f.write_str("-")?,
             }
@@ -186,12 +186,12 @@ impl fmt::Display for Report {
                 })?;
             }
             match c.verdict {
-                Verdict::Usable => {
+                Verdict::Usable(_) => {
                     if c.note != crate::Note::None {
                         write!(f, ", {}", c.note)?;
                     }
                 }
-                Verdict::Demoted(d) => write!(f, ", demoted: {d}")?,
+                Verdict::Demoted { reason, .. } => write!(f, ", demoted: {reason}")?,
                 Verdict::Rejected(r) => write!(f, ", {r}")?,
             }
             f.write_str(")")?;
@@ -281,37 +281,37 @@ impl fmt::Display for Table<'_> {
         for c in r.candidates() {
             let state = match c.verdict {
                 _ if Some(c.id) == r.selected => "selected",
-                Verdict::Usable => "usable",
-                Verdict::Demoted(_) => "demoted",
+                Verdict::Usable(_) => "usable",
+                Verdict::Demoted { .. } => "demoted",
                 Verdict::Rejected(_) => "rejected",
             };
-            let flags = OrDash(c.is_constructed().then_some(c.stability));
+            let flags = OrDash(c.is_constructed().then_some(c.stability()));
             let forced = Some(c.id) == r.selected && r.forced;
-            let silent = c.verdict == Verdict::Usable && c.note == crate::Note::None && !forced;
+            let plain = matches!(c.verdict, Verdict::Usable(_)) && c.note == crate::Note::None;
             write!(
                 f,
                 "{} {} {} {} {} ",
                 Cell(c.name, 13),
                 Cell(state, 9),
-                Cell(OrDash(c.rating), 6),
-                Cell(OrDash(c.frequency), 18),
+                Cell(OrDash(c.rating()), 6),
+                Cell(OrDash(c.frequency()), 18),
                 Cell(flags, 26),
             )?;
-            if silent {
+            if plain && !forced {
                 // No notes: no trailing padding either.
-                write!(f, "{}", OrDash(c.read_cost))?;
+                write!(f, "{}", OrDash(c.read_cost()))?;
             } else {
-                write!(f, "{} ", Cell(OrDash(c.read_cost), 13))?;
+                write!(f, "{} ", Cell(OrDash(c.read_cost()), 13))?;
             }
             if forced {
                 f.write_str("forced")?;
-                if !(c.verdict == Verdict::Usable && c.note == crate::Note::None) {
+                if !plain {
                     f.write_str("; ")?;
                 }
             }
             match c.verdict {
-                Verdict::Usable => write!(f, "{}", c.note)?,
-                Verdict::Demoted(d) => write!(f, "{d}")?,
+                Verdict::Usable(_) => write!(f, "{}", c.note)?,
+                Verdict::Demoted { reason, .. } => write!(f, "{reason}")?,
                 Verdict::Rejected(why) => write!(f, "{why}")?,
             }
             writeln!(f)?;

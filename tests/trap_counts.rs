@@ -84,7 +84,9 @@ fn exits_per_read_match_each_backends_class() {
     let hv = SimMachine::hyperv();
     let h = Hyperv::probe(
         &hv,
-        HypervConfig::new().with_tsc_page(hv.alloc_hv_page()),
+        HypervConfig::new()
+            .with_tsc_page(hv.alloc_hv_page())
+            .with_guest_os_id(clockhal_hyperv::DEFAULT_GUEST_OS_ID),
         &policy,
     )
     .expect("hyperv");

@@ -41,7 +41,9 @@ fn bench(c: &mut Criterion) {
     real_rate_page(hw, tsc_hz);
     let hv = Hyperv::probe(
         hw,
-        HypervConfig::new().with_tsc_page(page_mem),
+        HypervConfig::new()
+            .with_tsc_page(page_mem)
+            .with_guest_os_id(clockhal_hyperv::DEFAULT_GUEST_OS_ID),
         &Policy::new(),
     )
     .unwrap();

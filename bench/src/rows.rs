@@ -246,8 +246,14 @@ fn hyperv_row(name: &str, hw: UserHw, tsc_hz: u64, out: HvOut) -> Result<Row, St
     let scale = hv_reference_scale(tsc_hz).ok_or("TSC rate out of range")?;
     let page = SharedMemory::default().alloc_hv_page();
     page.get().publish(hv_next_sequence(0), scale, 0);
-    let hv = Hyperv::probe(hw, HypervConfig::new().with_tsc_page(page), &Policy::new())
-        .map_err(|e| e.to_string())?;
+    let hv = Hyperv::probe(
+        hw,
+        HypervConfig::new()
+            .with_tsc_page(page)
+            .with_guest_os_id(clockhal_hyperv::DEFAULT_GUEST_OS_ID),
+        &Policy::new(),
+    )
+    .map_err(|e| e.to_string())?;
     if hv.page().is_none() {
         return Err(format!("page rejected: {:?}", hv.page_error()));
     }

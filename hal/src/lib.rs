@@ -25,20 +25,26 @@
 #[cfg(test)]
 extern crate std;
 
+mod bracket;
 mod cell;
 mod clamp;
 mod extend;
 mod frequency;
 #[cfg(target_has_atomic = "64")]
 mod guard;
+mod map;
 mod policy;
 mod scale;
 pub mod select;
+#[cfg(target_has_atomic = "64")]
+mod slot;
 mod source;
 mod sync;
 mod time;
+mod update;
 mod watchdog;
 
+pub use bracket::{ppm, Bracketed};
 #[cfg(target_has_atomic = "64")]
 pub use cell::AtomicCell;
 pub use cell::{Cell64, CriticalSectionCell, DefaultCell};
@@ -47,8 +53,15 @@ pub use extend::WrapExtender;
 pub use frequency::{Frequency, FrequencyError};
 #[cfg(target_has_atomic = "64")]
 pub use guard::MonotonicGuard;
+pub use map::TscMap;
 pub use policy::{Migration, Policy};
 pub use scale::Scale;
+#[cfg(target_has_atomic = "64")]
+pub use slot::{CachedRead, MapSlot, PerCpuSlots, SlotEntry, PER_CPU_SLOTS};
 pub use source::{ClockSource, Quality, ReadCost, Stability};
 pub use time::{Duration, DurationOverflow, Instant};
-pub use watchdog::{Watchdog, WatchdogConfig, WatchdogSample, WatchdogVerdict};
+pub use update::{judge_update, UpdateBounds, UpdateFault, UpdateVerdict};
+pub use watchdog::{
+    CounterDomain, Fault, Judgement, Member, MemberVerdict, Outcome, Round, Watchdog,
+    WatchdogConfig, MAX_MEMBERS,
+};

@@ -129,6 +129,12 @@ impl Scale {
         self.freq
     }
 
+    /// Nanoseconds per tick as `(int, frac)`: `int + frac/2^64`, the
+    /// fraction truncated (the slope [`TscMap`](crate::TscMap) reads with).
+    pub const fn ns_per_tick_q64(&self) -> (u64, u64) {
+        (self.to_ns.int, self.to_ns.frac)
+    }
+
     /// Nanoseconds in `ticks` ticks: `floor(exact)` or one less; saturating.
     #[inline(always)]
     pub const fn ticks_to_ns(&self, ticks: u64) -> u64 {

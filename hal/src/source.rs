@@ -59,6 +59,17 @@ pub trait ClockSource: Sync {
     fn max_read_interval(&self) -> Option<u64> {
         None
     }
+
+    /// What ranking needs: rating, exit cost, flags and rate
+    /// ([`select`](crate::select)).
+    fn descriptor(&self) -> crate::select::Descriptor {
+        crate::select::Descriptor {
+            rating: self.quality(),
+            read_cost: self.read_cost(),
+            stability: self.stability(),
+            frequency: self.frequency(),
+        }
+    }
 }
 
 impl<T: ClockSource + ?Sized> ClockSource for &T {

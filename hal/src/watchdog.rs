@@ -1,309 +1,866 @@
-//! Run-time cross-checking of one source against another.
+//! Run-time cross-checking of clock sources against each other.
 //!
-//! Each sample reads the reference, the source, then the reference again.
-//! The source read lies somewhere inside that window, so the window's width
-//! (the reference's own read-back delay, a few microseconds for an emulated
-//! HPET or PM timer, far more if the vCPU was descheduled) bounds how well
-//! the sample is timed. Linux's watchdog ignored this and demoted good TSCs
-//! in VMs because its HPET/PM reads were slow; this one:
-//! - discards samples whose window exceeds [`WatchdogConfig::max_read_delay`];
-//! - places each sample at the window's midpoint and subtracts the windows'
-//!   half-widths from the measured skew before comparing with the bound;
-//! - demotes only after [`WatchdogConfig::strikes`] consecutive bad intervals.
+//! Each round reads the *reference* (the best trusted source other than the
+//! current one), then every other member, then the reference again: all
+//! readings lie inside that window, so its width is the round's timing
+//! uncertainty (the reference's own read-back delay, a few microseconds
+//! for an emulated HPET or PM timer, far more if the vCPU was descheduled).
+//! Linux's watchdog ignored this and demoted good TSCs in VMs because its
+//! HPET/PM reads were slow; this one discards rounds whose window exceeds
+//! [`WatchdogConfig::max_read_delay`] and counts the window in every
+//! comparison.
+//!
+//! # Who is wrong
+//! Over the interval between two rounds (measured on the reference's
+//! timeline) each member's elapsed time is compared with every other's.
+//! Two members *agree* when their rates differ by at most
+//! [`WatchdogConfig::max_skew_ppm`] plus the rounds' uncertainty.
+//!
+//! - **Three or more members:** the watchdog looks for the largest group of
+//!   members that agree among themselves, counting *independent* evidence:
+//!   members that read the same hardware counter ([`CounterDomain`]: the
+//!   TSC, kvmclock and the Hyper-V page all count the TSC) count once.
+//!   When that group spans at least two domains, every member outside it
+//!   is at fault — the current source, a voter, or the reference. So a
+//!   drifting HPET is blamed by kvmclock and the PM timer, never the other
+//!   way round.
+//! - **Two members** (or no independent majority): a disagreement alone
+//!   cannot tell who is wrong. The watchdog blames a member only on
+//!   evidence pointing at it: it stepped back, it stopped while the other
+//!   advanced, or its correctness rests on an unverified claim
+//!   ([`Member::conditional`]: a TSC kept under supervision, an estimated
+//!   rate) while the other's does not. Otherwise it reports
+//!   [`Outcome::Disagreement`] and demotes nobody.
+//!
+//! A member at fault is reported once per round; an unconditional member
+//! must be at fault for [`WatchdogConfig::strikes`] consecutive rounds (a
+//! single outlier round is a jump, not drift), a conditional one, one that
+//! stepped back or stopped, or one off by at least
+//! [`WatchdogConfig::immediate_skew_ppm`] at once.
+//!
+//! A reference that stops (its interval stays below
+//! [`WatchdogConfig::min_interval`] while the others measure many times
+//! that) is reported as [`Outcome::ReferenceFailed`] instead of being
+//! waited for for ever. Rounds that contain a host pause (the caller says
+//! so) are skipped without forgetting the strikes, so frequent pauses do
+//! not disable drift detection.
 
-use crate::{ClockSource, Duration, Frequency, Scale};
+use crate::{ppm, Duration, Frequency, Scale};
+
+/// Most members one watchdog can compare.
+pub const MAX_MEMBERS: usize = 16;
+
+/// The hardware counter a member's readings come from: members of one
+/// domain can fail together (the TSC stops in a deep C-state: the TSC,
+/// kvmclock and the Hyper-V page all stop), so they count as one vote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum CounterDomain {
+    /// The CPU's time-stamp counter (TSC, kvmclock, Hyper-V page).
+    Tsc,
+    /// The HPET main counter.
+    Hpet,
+    /// The ACPI PM timer.
+    AcpiPm,
+    /// The 8254 PIT.
+    Pit,
+    /// The hypervisor's partition reference counter (Hyper-V MSR).
+    HypervisorCounter,
+    /// The host OS's clock (hosted mode).
+    HostOs,
+    /// A counter clockhal does not know (OS-supplied source), numbered by
+    /// the caller so that distinct ones count separately.
+    Other(u8),
+}
 
 /// Tuning for a [`Watchdog`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct WatchdogConfig {
     /// Largest tolerated rate difference, in ppm (default 500: Linux warns
     /// about CPUID TSC rates at ~490 ppm).
     pub max_skew_ppm: u64,
-    /// Samples whose reference read-back window is wider are discarded
+    /// A member off by at least this much (default 50,000 ppm = 5%) is at
+    /// fault at once, without waiting for strikes.
+    pub immediate_skew_ppm: u64,
+    /// Rounds whose reference read-back window is wider are discarded
     /// (default 100 us).
     pub max_read_delay: Duration,
     /// Intervals shorter than this are not judged (default 100 ms): the
     /// read-back uncertainty would dominate.
     pub min_interval: Duration,
-    /// Consecutive over-bound intervals before demotion (default 3).
+    /// Consecutive rounds at fault before an unconditional member is
+    /// demoted (default 3).
     pub strikes: u32,
+    /// A reference whose interval stays below `min_interval` while another
+    /// member measures this many times `min_interval` is taken as stopped
+    /// (default 10).
+    pub stopped_factor: u32,
 }
 
 impl Default for WatchdogConfig {
     fn default() -> Self {
+        WatchdogConfig::new()
+    }
+}
+
+impl WatchdogConfig {
+    /// The defaults.
+    pub const fn new() -> WatchdogConfig {
         WatchdogConfig {
             max_skew_ppm: 500,
+            immediate_skew_ppm: 50_000,
             max_read_delay: Duration::from_micros(100),
             min_interval: Duration::from_millis(100),
             strikes: 3,
+            stopped_factor: 10,
         }
+    }
+
+    /// Sets [`max_skew_ppm`](Self::max_skew_ppm).
+    pub const fn max_skew_ppm(mut self, ppm: u64) -> Self {
+        self.max_skew_ppm = ppm;
+        self
+    }
+
+    /// Sets [`min_interval`](Self::min_interval).
+    pub const fn min_interval(mut self, d: Duration) -> Self {
+        self.min_interval = d;
+        self
+    }
+
+    /// Sets [`strikes`](Self::strikes).
+    pub const fn strikes(mut self, n: u32) -> Self {
+        self.strikes = n;
+        self
+    }
+
+    /// Sets [`max_read_delay`](Self::max_read_delay).
+    pub const fn max_read_delay(mut self, d: Duration) -> Self {
+        self.max_read_delay = d;
+        self
     }
 }
 
-/// One reading of the source bracketed by two readings of the reference.
+/// One source as the watchdog sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct WatchdogSample {
-    /// Reference ticks before the source read.
+pub struct Member {
+    /// Its exact tick rate.
+    pub rate: Frequency,
+    /// The counter it reads.
+    pub domain: CounterDomain,
+    /// Its correctness rests on a claim nobody verified beforehand (a TSC
+    /// selected under supervision, a rate clockhal estimated): in a
+    /// two-way disagreement with a member that is not conditional, it is
+    /// the one blamed.
+    pub conditional: bool,
+}
+
+/// One round: every member's reading (`None`: not read this round), taken
+/// between two readings of the reference member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Round {
+    /// Reference ticks before the other members were read.
     pub ref_before: u64,
-    /// Source ticks.
-    pub source: u64,
-    /// Reference ticks after the source read.
+    /// Reference ticks after.
     pub ref_after: u64,
+    /// Each member's ticks, by member index; the reference's own entry is
+    /// ignored (its reading is the window's midpoint).
+    pub ticks: [Option<u64>; MAX_MEMBERS],
 }
 
-impl WatchdogSample {
-    /// Takes a sample: reference, source, reference.
-    pub fn take(source: &dyn ClockSource, reference: &dyn ClockSource) -> Self {
-        let ref_before = reference.read();
-        let s = source.read();
-        let ref_after = reference.read();
-        WatchdogSample {
+impl Round {
+    /// A round with no member readings yet.
+    pub const fn new(ref_before: u64, ref_after: u64) -> Round {
+        Round {
             ref_before,
-            source: s,
             ref_after,
+            ticks: [None; MAX_MEMBERS],
         }
     }
 }
 
-/// What one [`Watchdog::check`] concluded.
+/// Why a member is at fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum WatchdogVerdict {
-    /// First usable sample: nothing to compare yet.
-    Started,
-    /// Not enough time since the last judged sample; sample ignored.
-    TooSoon,
-    /// The reference took too long to read around the source; the sample is
-    /// discarded (the `Duration` is the observed window).
-    Discarded(Duration),
-    /// Within the bound.
-    Ok {
-        /// Measured skew of the source relative to the reference, ppm.
+pub enum Fault {
+    /// Its rate differs from the others' by `skew_ppm` (positive: fast).
+    Drift {
+        /// Skew relative to the consensus (or the other member), ppm.
         skew_ppm: i64,
-        /// How much of it the read-back windows can explain, ppm.
-        uncertainty_ppm: u64,
     },
-    /// Outside the bound, but not yet for enough consecutive intervals.
-    Suspect {
-        /// Measured skew, ppm.
+    /// A later reading was smaller than an earlier one.
+    SteppedBack,
+    /// It did not advance while the others did.
+    Stopped,
+}
+
+/// One member's state after a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum MemberVerdict {
+    /// Not compared this round.
+    NotJudged,
+    /// Agrees with the consensus (skew relative to the reference).
+    Ok {
+        /// Skew relative to the reference, ppm.
         skew_ppm: i64,
-        /// Read-back uncertainty, ppm.
-        uncertainty_ppm: u64,
-        /// Consecutive bad intervals so far.
+    },
+    /// At fault this round, not (yet) for enough rounds to act.
+    Suspect {
+        /// Skew relative to the consensus, ppm.
+        skew_ppm: i64,
+        /// Consecutive rounds at fault so far.
         strikes: u32,
     },
-    /// Demote the source: its rate drifted beyond the bound for
-    /// `strikes` intervals, or it went backwards.
-    Demote {
-        /// Last measured skew, ppm (`i64::MIN` when the source went backwards).
-        skew_ppm: i64,
-    },
+    /// At fault: demote it (or, for the reference, stop using it).
+    Faulty(Fault),
 }
 
-/// Compares a source's rate with a reference's over successive intervals.
+/// What one [`Watchdog::check`] concluded as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Outcome {
+    /// First usable round (or first after a restart): nothing to compare.
+    Started,
+    /// Not enough reference time since the last judged round.
+    TooSoon,
+    /// The reference took too long to read around the others; the round is
+    /// discarded (the `Duration` is the observed window).
+    Discarded(Duration),
+    /// The round was skipped (a host pause, a gap that may have hidden a
+    /// counter wrap); strikes are kept.
+    Skipped,
+    /// Judged: see the member verdicts.
+    Judged,
+    /// Two members disagree and nothing says which one is wrong.
+    Disagreement {
+        /// Skew of the current member relative to the reference, ppm.
+        skew_ppm: i64,
+    },
+    /// The reference itself failed; it is reported in the verdicts (or
+    /// stopped: the others advanced while it did not).
+    ReferenceFailed(Fault),
+}
+
+/// Result of one round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Judgement {
+    /// The round as a whole.
+    pub outcome: Outcome,
+    /// Per member, by index.
+    pub verdicts: [MemberVerdict; MAX_MEMBERS],
+    /// Read-back uncertainty of this interval, ppm.
+    pub uncertainty_ppm: u64,
+}
+
+impl Judgement {
+    const fn only(outcome: Outcome) -> Judgement {
+        Judgement {
+            outcome,
+            verdicts: [MemberVerdict::NotJudged; MAX_MEMBERS],
+            uncertainty_ppm: 0,
+        }
+    }
+
+    /// The members found at fault this round, with why.
+    pub fn faulty(&self) -> impl Iterator<Item = (usize, Fault)> + '_ {
+        self.verdicts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| match v {
+                MemberVerdict::Faulty(f) => Some((i, *f)),
+                _ => None,
+            })
+    }
+
+    /// The verdict of member `i`.
+    pub fn verdict(&self, i: usize) -> MemberVerdict {
+        self.verdicts
+            .get(i)
+            .copied()
+            .unwrap_or(MemberVerdict::NotJudged)
+    }
+}
+
+/// Compares up to [`MAX_MEMBERS`] sources over successive rounds and says
+/// which of them is wrong (see the module docs for the rules).
 ///
 /// ```
 /// use clockhal_core::*;
-/// let mut w = Watchdog::new(
-///     Frequency::from_hz(1_000_000_000).unwrap(), // source: 1 GHz
-///     Frequency::from_hz(3_579_545).unwrap(),     // reference: PM timer
-///     WatchdogConfig::default(),
-/// );
-/// let s = |src, r| WatchdogSample { ref_before: r, source: src, ref_after: r + 4 };
-/// assert_eq!(w.check(s(0, 0)), WatchdogVerdict::Started);
-/// // 1 s later on both clocks, source 100 ppm fast: fine.
-/// match w.check(s(1_000_100_000, 3_579_545)) {
-///     WatchdogVerdict::Ok { skew_ppm, .. } => assert_eq!(skew_ppm, 100),
-///     v => panic!("{v:?}"),
-/// }
+/// let hz = |f| Frequency::from_hz(f).unwrap();
+/// let m = |rate, domain| Member { rate, domain, conditional: false };
+/// // Member 0: kvmclock (ns), 1: HPET at 100 MHz (1000 ppm fast), 2: PM timer.
+/// let members = [
+///     m(hz(1_000_000_000), CounterDomain::Tsc),
+///     m(hz(100_000_000), CounterDomain::Hpet),
+///     m(hz(3_579_545), CounterDomain::AcpiPm),
+/// ];
+/// let mut w = Watchdog::new(&members, WatchdogConfig::default());
+/// let round = |s: u64| {
+///     // PM timer is the reference (member 2), read around the others.
+///     let mut r = Round::new(3_579_545 * s, 3_579_545 * s + 4);
+///     r.ticks[0] = Some(1_000_000_000 * s);
+///     r.ticks[1] = Some(100_100_000 * s);
+///     r
+/// };
+/// assert_eq!(w.check(&round(0), 2, 0, false).outcome, Outcome::Started);
+/// let j = w.check(&round(1), 2, 0, false);
+/// assert!(matches!(j.verdict(0), MemberVerdict::Ok { .. }));   // kvmclock is fine
+/// assert!(matches!(j.verdict(1), MemberVerdict::Suspect { .. })); // the HPET drifts
 /// ```
 #[derive(Clone, Debug)]
 pub struct Watchdog {
     config: WatchdogConfig,
-    source: Scale,
-    reference: Scale,
-    base: Option<WatchdogSample>,
-    strikes: u32,
+    members: [Option<(Member, Scale)>; MAX_MEMBERS],
+    base: Option<(Round, usize)>,
+    strikes: [u32; MAX_MEMBERS],
+}
+
+/// Elapsed ns of one member over the interval, or why not.
+#[derive(Clone, Copy)]
+enum Elapsed {
+    Ns(u64),
+    Backwards,
+    Missing,
 }
 
 impl Watchdog {
-    /// A watchdog for a source of rate `source` checked against `reference`.
-    pub fn new(source: Frequency, reference: Frequency, config: WatchdogConfig) -> Self {
+    /// A watchdog over `members` (at most [`MAX_MEMBERS`]; extra ones are
+    /// ignored), indexed by their position.
+    pub fn new(members: &[Member], config: WatchdogConfig) -> Watchdog {
+        let mut m = [None; MAX_MEMBERS];
+        for (slot, member) in m.iter_mut().zip(members) {
+            *slot = Some((*member, Scale::new(member.rate)));
+        }
         Watchdog {
             config,
-            source: Scale::new(source),
-            reference: Scale::new(reference),
+            members: m,
             base: None,
-            strikes: 0,
+            strikes: [0; MAX_MEMBERS],
         }
     }
 
-    /// Forgets the baseline (call after a legitimate time jump, e.g. when a
-    /// pvclock reports the guest was stopped).
+    /// The configuration.
+    pub fn config(&self) -> &WatchdogConfig {
+        &self.config
+    }
+
+    /// Forgets the baseline and the strikes (after a legitimate
+    /// discontinuity, e.g. a resume, or a change of members).
     pub fn restart(&mut self) {
         self.base = None;
-        self.strikes = 0;
+        self.strikes = [0; MAX_MEMBERS];
     }
 
-    /// Judges a new sample against the baseline.
-    pub fn check(&mut self, s: WatchdogSample) -> WatchdogVerdict {
-        let window = self
-            .reference
-            .ticks_to_ns(s.ref_after.wrapping_sub(s.ref_before));
-        if s.ref_after < s.ref_before || window > self.config.max_read_delay.as_nanos() {
-            return WatchdogVerdict::Discarded(Duration::from_nanos(window));
+    /// Forgets one member's strikes (it was demoted, or replaced).
+    pub fn clear_strikes(&mut self, member: usize) {
+        if let Some(s) = self.strikes.get_mut(member) {
+            *s = 0;
         }
-        let Some(base) = self.base else {
-            self.base = Some(s);
-            return WatchdogVerdict::Started;
+    }
+
+    /// Judges `round`, taken around `reference`, for the benefit of the
+    /// `current` member (the one a two-way disagreement is about).
+    /// `paused`: the host paused the guest since the last round (the
+    /// round becomes the new baseline, strikes are kept).
+    pub fn check(
+        &mut self,
+        round: &Round,
+        reference: usize,
+        current: usize,
+        paused: bool,
+    ) -> Judgement {
+        let Some((_, ref_scale)) = self.member(reference) else {
+            return Judgement::only(Outcome::Skipped);
         };
-        if s.source < base.source {
-            self.base = Some(s);
-            return WatchdogVerdict::Demote { skew_ppm: i64::MIN };
-        }
-        // Reference interval between window midpoints, in ns.
-        let mid = |x: &WatchdogSample| {
-            x.ref_before / 2 + x.ref_after / 2 + (x.ref_before & x.ref_after & 1)
+        let Some(window) = round.ref_after.checked_sub(round.ref_before) else {
+            return Judgement::only(Outcome::Discarded(Duration::MAX));
         };
-        let ref_ns = self
-            .reference
-            .ticks_to_ns(mid(&s).saturating_sub(mid(&base)));
-        if ref_ns < self.config.min_interval.as_nanos() {
-            return WatchdogVerdict::TooSoon;
+        let window_ns = ref_scale.ticks_to_ns(window);
+        if window_ns > self.config.max_read_delay.as_nanos() {
+            return Judgement::only(Outcome::Discarded(Duration::from_nanos(window_ns)));
         }
-        let src_ns = self.source.ticks_to_ns(s.source - base.source);
-        let half_windows =
-            (self.reference.ticks_to_ns(base.ref_after - base.ref_before) + window) / 2;
-        let skew_ppm = ppm(src_ns as i128 - ref_ns as i128, ref_ns);
-        let uncertainty_ppm = ppm(half_windows as i128, ref_ns).unsigned_abs();
-        self.base = Some(s);
-        if skew_ppm.unsigned_abs().saturating_sub(uncertainty_ppm) <= self.config.max_skew_ppm {
-            self.strikes = 0;
-            WatchdogVerdict::Ok {
-                skew_ppm,
-                uncertainty_ppm,
+        let Some((base, base_ref)) = self.base.filter(|(_, r)| *r == reference) else {
+            self.base = Some((*round, reference));
+            return Judgement::only(Outcome::Started);
+        };
+        if paused {
+            self.base = Some((*round, reference));
+            return Judgement::only(Outcome::Skipped);
+        }
+        let _ = base_ref;
+        let mid = |r: &Round| ((r.ref_before as u128 + r.ref_after as u128) / 2) as u64;
+        let min_ns = self.config.min_interval.as_nanos();
+        // The reference's interval, and every other member's.
+        let (ref_ns, ref_back) = match mid(round).checked_sub(mid(&base)) {
+            Some(t) => (ref_scale.ticks_to_ns(t), false),
+            None => (0, true),
+        };
+        let mut elapsed = [Elapsed::Missing; MAX_MEMBERS];
+        for (i, e) in elapsed.iter_mut().enumerate() {
+            if i == reference {
+                *e = if ref_back {
+                    Elapsed::Backwards
+                } else {
+                    Elapsed::Ns(ref_ns)
+                };
+                continue;
             }
-        } else {
-            self.strikes += 1;
-            if self.strikes >= self.config.strikes.max(1) {
-                self.strikes = 0;
-                WatchdogVerdict::Demote { skew_ppm }
-            } else {
-                WatchdogVerdict::Suspect {
-                    skew_ppm,
-                    uncertainty_ppm,
-                    strikes: self.strikes,
+            let (Some((_, scale)), Some(now), Some(then)) =
+                (self.member(i), round.ticks[i], base.ticks[i])
+            else {
+                continue;
+            };
+            *e = match now.checked_sub(then) {
+                Some(t) => Elapsed::Ns(scale.ticks_to_ns(t)),
+                None => Elapsed::Backwards,
+            };
+        }
+        let longest_other = elapsed
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != reference)
+            .filter_map(|(_, e)| match e {
+                Elapsed::Ns(n) => Some(*n),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        if ref_back {
+            self.base = Some((*round, reference));
+            return Judgement::only(Outcome::ReferenceFailed(Fault::SteppedBack));
+        }
+        if ref_ns < min_ns {
+            let stopped = min_ns.saturating_mul(self.config.stopped_factor.max(2) as u64);
+            if longest_other >= stopped && ref_ns.saturating_mul(10) < longest_other {
+                self.base = Some((*round, reference));
+                let mut j = Judgement::only(Outcome::ReferenceFailed(Fault::Stopped));
+                j.verdicts[reference] = MemberVerdict::Faulty(Fault::Stopped);
+                return j;
+            }
+            return Judgement::only(Outcome::TooSoon);
+        }
+        self.base = Some((*round, reference));
+
+        // Every rate as ppm of skew against the reference. Each end of the
+        // interval is placed at its window's midpoint, off by at most half
+        // that window.
+        let base_window_ns = ref_scale.ticks_to_ns(base.ref_after.saturating_sub(base.ref_before));
+        let unc = ppm(((base_window_ns + window_ns) / 2) as i128, ref_ns).unsigned_abs();
+        let mut skew = [None::<i64>; MAX_MEMBERS];
+        let mut verdicts = [MemberVerdict::NotJudged; MAX_MEMBERS];
+        let mut fault = [None::<Fault>; MAX_MEMBERS];
+        for i in 0..MAX_MEMBERS {
+            match elapsed[i] {
+                Elapsed::Ns(n) => {
+                    if n == 0 && ref_ns >= min_ns {
+                        fault[i] = Some(Fault::Stopped);
+                    }
+                    skew[i] = Some(ppm(n as i128 - ref_ns as i128, ref_ns));
+                }
+                Elapsed::Backwards => fault[i] = Some(Fault::SteppedBack),
+                Elapsed::Missing => {}
+            }
+        }
+        let tol = self.config.max_skew_ppm.saturating_add(unc);
+        let agree = |a: usize, b: usize| match (skew[a], skew[b]) {
+            (Some(x), Some(y)) => x.abs_diff(y) <= tol,
+            _ => false,
+        };
+        let judged_now: [bool; MAX_MEMBERS] =
+            core::array::from_fn(|i| skew[i].is_some() && fault[i].is_none());
+        let judged = |i: usize| judged_now[i];
+
+        // The largest agreeing group by independent domains.
+        let mut best_seed = None;
+        let mut best_weight = 0usize;
+        for seed in (0..MAX_MEMBERS).filter(|&i| judged(i)) {
+            let w = self.domain_weight(|j| judged(j) && agree(seed, j));
+            if w > best_weight || (w == best_weight && seed == reference) {
+                best_weight = w;
+                best_seed = Some(seed);
+            }
+        }
+        let mut outcome = Outcome::Judged;
+        match best_seed {
+            Some(seed) if best_weight >= 2 => {
+                let consensus = skew[seed].unwrap_or(0);
+                for i in (0..MAX_MEMBERS).filter(|&i| judged(i)) {
+                    if !agree(seed, i) {
+                        let s = skew[i].unwrap_or(0).saturating_sub(consensus);
+                        fault[i] = Some(Fault::Drift { skew_ppm: s });
+                    }
+                }
+            }
+            _ => {
+                // No independent majority: two-way rules between the
+                // current member and the reference.
+                if current != reference && judged(current) && !agree(current, reference) {
+                    let (Some((c, _)), Some((r, _))) =
+                        (self.member(current), self.member(reference))
+                    else {
+                        return Judgement::only(Outcome::Skipped);
+                    };
+                    let s = skew[current].unwrap_or(0);
+                    if c.conditional && !r.conditional {
+                        fault[current] = Some(Fault::Drift { skew_ppm: s });
+                    } else if r.conditional && !c.conditional {
+                        fault[reference] = Some(Fault::Drift {
+                            skew_ppm: s.saturating_neg(),
+                        });
+                    } else {
+                        outcome = Outcome::Disagreement { skew_ppm: s };
+                    }
                 }
             }
         }
-    }
-}
 
-/// `num / den` in ppm, rounded toward zero, saturating.
-fn ppm(num: i128, den: u64) -> i64 {
-    let v = num.saturating_mul(1_000_000) / den.max(1) as i128;
-    v.clamp(i64::MIN as i128 + 1, i64::MAX as i128) as i64
+        for i in 0..MAX_MEMBERS {
+            let Some((m, _)) = self.member(i) else {
+                continue;
+            };
+            match fault[i] {
+                None => {
+                    self.strikes[i] = 0;
+                    if let Some(s) = skew[i] {
+                        verdicts[i] = MemberVerdict::Ok { skew_ppm: s };
+                    }
+                }
+                Some(f) => {
+                    self.strikes[i] = self.strikes[i].saturating_add(1);
+                    let at_once = match f {
+                        Fault::Drift { skew_ppm } => {
+                            m.conditional
+                                || skew_ppm.unsigned_abs().saturating_sub(unc)
+                                    >= self.config.immediate_skew_ppm
+                        }
+                        Fault::SteppedBack | Fault::Stopped => true,
+                    };
+                    verdicts[i] = if at_once || self.strikes[i] >= self.config.strikes.max(1) {
+                        self.strikes[i] = 0;
+                        MemberVerdict::Faulty(f)
+                    } else {
+                        let s = match f {
+                            Fault::Drift { skew_ppm } => skew_ppm,
+                            _ => 0,
+                        };
+                        MemberVerdict::Suspect {
+                            skew_ppm: s,
+                            strikes: self.strikes[i],
+                        }
+                    };
+                }
+            }
+        }
+        if let MemberVerdict::Faulty(f) = verdicts[reference] {
+            outcome = Outcome::ReferenceFailed(f);
+        }
+        Judgement {
+            outcome,
+            verdicts,
+            uncertainty_ppm: unc,
+        }
+    }
+
+    fn member(&self, i: usize) -> Option<(Member, Scale)> {
+        self.members.get(i).copied().flatten()
+    }
+
+    /// Distinct domains among the members `pick` selects.
+    fn domain_weight(&self, pick: impl Fn(usize) -> bool) -> usize {
+        let mut seen = [None::<CounterDomain>; MAX_MEMBERS];
+        let mut n = 0;
+        for i in (0..MAX_MEMBERS).filter(|&i| pick(i)) {
+            let Some((m, _)) = self.member(i) else {
+                continue;
+            };
+            if !seen[..n].contains(&Some(m.domain)) {
+                seen[n] = Some(m.domain);
+                n += 1;
+            }
+        }
+        n
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    extern crate std;
+    use std::vec;
+    use std::vec::Vec;
 
-    fn wd() -> Watchdog {
-        Watchdog::new(
-            Frequency::from_hz(1_000_000_000).unwrap(),
-            Frequency::from_hz(100_000_000).unwrap(),
-            WatchdogConfig::default(),
-        )
+    const NS: u64 = 1_000_000_000;
+
+    fn hz(f: u64) -> Frequency {
+        Frequency::from_hz(f).unwrap()
     }
 
-    #[test]
-    fn slow_reference_reads_do_not_demote_a_good_source() {
-        // Reference read-back takes 80 us (slow emulated HPET) and the source
-        // read sits at a random point of the window: the raw skew over 100 ms
-        // looks like up to 800 ppm, but it is all read delay.
-        let mut w = wd();
-        assert_eq!(
-            w.check(WatchdogSample {
-                ref_before: 0,
-                source: 0,
-                ref_after: 8_000
-            }),
-            WatchdogVerdict::Started
-        );
-        for i in 1..=10u64 {
-            let r = i * 10_000_000; // 100 ms of 100 MHz ticks
-            let src = r * 10 + if i % 2 == 0 { 80_000 } else { 0 };
-            let v = w.check(WatchdogSample {
-                ref_before: r,
-                source: src,
-                ref_after: r + 8_000,
-            });
-            assert!(matches!(v, WatchdogVerdict::Ok { .. }), "{v:?}");
+    fn member(rate: u64, domain: CounterDomain, conditional: bool) -> Member {
+        Member {
+            rate: hz(rate),
+            domain,
+            conditional,
         }
     }
 
-    #[test]
-    fn drift_demotes_after_strikes_only() {
-        let mut w = wd();
-        w.check(WatchdogSample {
-            ref_before: 0,
-            source: 0,
-            ref_after: 10,
-        });
-        let mut src = 0u64;
-        let mut verdicts = std::vec::Vec::new();
-        for i in 1..=3u64 {
-            src += 100_000_000 + 100_000; // 1000 ppm fast
-            let r = i * 10_000_000;
-            verdicts.push(w.check(WatchdogSample {
-                ref_before: r,
-                source: src,
-                ref_after: r + 10,
-            }));
-        }
-        assert!(matches!(
-            verdicts[0],
-            WatchdogVerdict::Suspect {
-                strikes: 1,
-                skew_ppm: 1000,
-                ..
+    /// Members with rates in Hz and their true ppm error; builds rounds at
+    /// `t` seconds of true time with the reference read around them.
+    struct Sim {
+        rates: Vec<u64>,
+        ppm: Vec<i64>,
+        stopped: Vec<bool>,
+    }
+
+    impl Sim {
+        fn ticks(&self, i: usize, t_ns: u64) -> u64 {
+            if self.stopped[i] {
+                return 1_000;
             }
-        ));
-        assert!(matches!(
-            verdicts[1],
-            WatchdogVerdict::Suspect { strikes: 2, .. }
-        ));
-        assert_eq!(verdicts[2], WatchdogVerdict::Demote { skew_ppm: 1000 });
+            let ns = t_ns as i128 + t_ns as i128 * self.ppm[i] as i128 / 1_000_000;
+            (ns as u128 * self.rates[i] as u128 / NS as u128) as u64
+        }
+        fn round(&self, reference: usize, t_ns: u64) -> Round {
+            let mut r = Round::new(
+                self.ticks(reference, t_ns),
+                self.ticks(reference, t_ns + 2_000),
+            );
+            for i in 0..self.rates.len() {
+                r.ticks[i] = Some(self.ticks(i, t_ns + 1_000));
+            }
+            r
+        }
+    }
+
+    fn kvm_hpet_pm() -> [Member; 3] {
+        [
+            member(NS, CounterDomain::Tsc, false),
+            member(100_000_000, CounterDomain::Hpet, false),
+            member(3_579_545, CounterDomain::AcpiPm, false),
+        ]
     }
 
     #[test]
-    fn discards_and_too_soon_and_backwards() {
-        let mut w = wd();
-        let v = w.check(WatchdogSample {
-            ref_before: 0,
-            source: 0,
-            ref_after: 100_000,
-        });
-        assert_eq!(v, WatchdogVerdict::Discarded(Duration::from_millis(1)));
-        w.check(WatchdogSample {
-            ref_before: 0,
-            source: 50,
-            ref_after: 10,
-        });
-        let v = w.check(WatchdogSample {
-            ref_before: 100,
-            source: 1_000,
-            ref_after: 110,
-        });
-        assert_eq!(v, WatchdogVerdict::TooSoon);
-        let v = w.check(WatchdogSample {
-            ref_before: 20_000_000,
-            source: 10,
-            ref_after: 20_000_010,
-        });
-        assert_eq!(v, WatchdogVerdict::Demote { skew_ppm: i64::MIN });
+    fn majority_blames_the_drifting_reference_not_the_current_source() {
+        // HPET 1000 ppm fast, kvmclock and PM agree; HPET is the reference.
+        let sim = Sim {
+            rates: vec![NS, 100_000_000, 3_579_545],
+            ppm: vec![0, 1000, 0],
+            stopped: vec![false; 3],
+        };
+        let mut w = Watchdog::new(&kvm_hpet_pm(), WatchdogConfig::default());
+        assert_eq!(
+            w.check(&sim.round(1, 0), 1, 0, false).outcome,
+            Outcome::Started
+        );
+        let mut last = None;
+        for k in 1..=3u64 {
+            let j = w.check(&sim.round(1, k * 250_000_000), 1, 0, false);
+            assert!(matches!(j.verdict(0), MemberVerdict::Ok { .. }), "{j:?}");
+            assert!(matches!(j.verdict(2), MemberVerdict::Ok { .. }), "{j:?}");
+            last = Some(j);
+        }
+        let j = last.unwrap();
+        // The others run 999 ppm slow on the HPET's (1000 ppm fast) timeline.
+        assert_eq!(
+            j.outcome,
+            Outcome::ReferenceFailed(Fault::Drift { skew_ppm: 999 })
+        );
+        assert_eq!(
+            j.verdict(1),
+            MemberVerdict::Faulty(Fault::Drift { skew_ppm: 999 })
+        );
+    }
+
+    #[test]
+    fn a_stopped_reference_is_detected_and_the_drift_found_with_the_next() {
+        // HPET (reference) stops; kvmclock drifts 1000 ppm; PM fine.
+        let sim = Sim {
+            rates: vec![NS, 100_000_000, 3_579_545],
+            ppm: vec![1000, 0, 0],
+            stopped: vec![false, true, false],
+        };
+        let cfg = WatchdogConfig::default();
+        let mut w = Watchdog::new(&kvm_hpet_pm(), cfg);
+        w.check(&sim.round(1, 0), 1, 0, false);
+        let mut outcome = None;
+        for k in 1..=20u64 {
+            let j = w.check(&sim.round(1, k * 250_000_000), 1, 0, false);
+            if let Outcome::ReferenceFailed(f) = j.outcome {
+                outcome = Some((k, f));
+                break;
+            }
+            assert_eq!(j.outcome, Outcome::TooSoon);
+        }
+        let (k, f) = outcome.expect("stopped reference never reported");
+        assert_eq!(f, Fault::Stopped);
+        assert!(k * 250 >= 1000 && k * 250 <= 1500, "after {k} rounds");
+        // With the PM timer as reference, kvmclock vs PM alone: kvmclock is
+        // not conditional, so only a disagreement... unless a third voter
+        // exists: add the TSC (independent of a lying page's rate).
+        let members = [
+            member(NS, CounterDomain::Tsc, false),
+            member(3_579_545, CounterDomain::AcpiPm, false),
+        ];
+        let sim2 = Sim {
+            rates: vec![NS, 3_579_545],
+            ppm: vec![1000, 0],
+            stopped: vec![false; 2],
+        };
+        let mut w = Watchdog::new(&members, cfg);
+        w.check(&sim2.round(1, 0), 1, 0, false);
+        let j = w.check(&sim2.round(1, 250_000_000), 1, 0, false);
+        assert_eq!(j.outcome, Outcome::Disagreement { skew_ppm: 1000 });
+        assert!(j.faulty().next().is_none());
+    }
+
+    #[test]
+    fn three_members_find_a_drifting_current_source() {
+        let sim = Sim {
+            rates: vec![NS, 100_000_000, 3_579_545],
+            ppm: vec![1000, 0, 0],
+            stopped: vec![false; 3],
+        };
+        let mut w = Watchdog::new(&kvm_hpet_pm(), WatchdogConfig::default());
+        w.check(&sim.round(1, 0), 1, 0, false);
+        let v: Vec<_> = (1..=3u64)
+            .map(|k| {
+                w.check(&sim.round(1, k * 250_000_000), 1, 0, false)
+                    .verdict(0)
+            })
+            .collect();
+        assert!(
+            matches!(v[0], MemberVerdict::Suspect { strikes: 1, .. }),
+            "{v:?}"
+        );
+        assert!(
+            matches!(v[1], MemberVerdict::Suspect { strikes: 2, .. }),
+            "{v:?}"
+        );
+        assert_eq!(v[2], MemberVerdict::Faulty(Fault::Drift { skew_ppm: 1000 }));
+    }
+
+    #[test]
+    fn same_domain_members_count_once() {
+        // kvmclock (current) and the raw TSC both drift (the TSC slowed);
+        // HPET and PM agree: two independent domains against one.
+        let members = [
+            member(NS, CounterDomain::Tsc, false),
+            member(2_000_000_000, CounterDomain::Tsc, false),
+            member(100_000_000, CounterDomain::Hpet, false),
+            member(3_579_545, CounterDomain::AcpiPm, false),
+        ];
+        let sim = Sim {
+            rates: vec![NS, 2_000_000_000, 100_000_000, 3_579_545],
+            ppm: vec![-2000, -2000, 0, 0],
+            stopped: vec![false; 4],
+        };
+        let mut w = Watchdog::new(&members, WatchdogConfig::default().strikes(1));
+        w.check(&sim.round(2, 0), 2, 0, false);
+        let j = w.check(&sim.round(2, 250_000_000), 2, 0, false);
+        assert!(
+            matches!(j.verdict(0), MemberVerdict::Faulty(Fault::Drift { .. })),
+            "{j:?}"
+        );
+        assert!(
+            matches!(j.verdict(1), MemberVerdict::Faulty(Fault::Drift { .. })),
+            "{j:?}"
+        );
+        assert!(matches!(j.verdict(3), MemberVerdict::Ok { .. }));
+    }
+
+    #[test]
+    fn two_way_blames_only_the_conditional_member_and_at_once() {
+        // A supervised TSC (conditional) against the PM timer.
+        let members = [
+            member(2_000_000_000, CounterDomain::Tsc, true),
+            member(3_579_545, CounterDomain::AcpiPm, false),
+        ];
+        let sim = Sim {
+            rates: vec![2_000_000_000, 3_579_545],
+            ppm: vec![800, 0],
+            stopped: vec![false; 2],
+        };
+        let mut w = Watchdog::new(&members, WatchdogConfig::default());
+        w.check(&sim.round(1, 0), 1, 0, false);
+        let j = w.check(&sim.round(1, 250_000_000), 1, 0, false);
+        assert_eq!(
+            j.verdict(0),
+            MemberVerdict::Faulty(Fault::Drift { skew_ppm: 800 })
+        );
+    }
+
+    #[test]
+    fn pauses_skip_rounds_but_keep_strikes() {
+        let sim = Sim {
+            rates: vec![NS, 100_000_000, 3_579_545],
+            ppm: vec![1000, 0, 0],
+            stopped: vec![false; 3],
+        };
+        let mut w = Watchdog::new(&kvm_hpet_pm(), WatchdogConfig::default());
+        w.check(&sim.round(1, 0), 1, 0, false);
+        let mut t = 0u64;
+        let mut verdicts = Vec::new();
+        for k in 0..6 {
+            t += 250_000_000;
+            let paused = k % 2 == 1;
+            let j = w.check(&sim.round(1, t), 1, 0, paused);
+            verdicts.push(j.verdict(0));
+        }
+        // Rounds 1, 3, 5 skipped; 0, 2, 4 judged: third judged round demotes.
+        assert!(
+            verdicts.contains(&MemberVerdict::Faulty(Fault::Drift { skew_ppm: 1000 })),
+            "{verdicts:?}"
+        );
+    }
+
+    #[test]
+    fn slow_reference_reads_do_not_blame_a_good_source() {
+        // 80 us read-back windows, the others read anywhere inside.
+        let members = [
+            member(NS, CounterDomain::Tsc, true),
+            member(100_000_000, CounterDomain::Hpet, false),
+        ];
+        let mut w = Watchdog::new(&members, WatchdogConfig::default());
+        for k in 0..=10u64 {
+            let r0 = k * 10_000_000; // 100 ms of 100 MHz ticks
+            let mut r = Round::new(r0, r0 + 8_000);
+            r.ticks[0] = Some(r0 * 10 + if k % 2 == 0 { 80_000 } else { 0 });
+            let j = w.check(&r, 1, 0, false);
+            assert!(j.faulty().next().is_none(), "round {k}: {j:?}");
+        }
+    }
+
+    #[test]
+    fn discards_backwards_and_stopped_members() {
+        let members = [
+            member(NS, CounterDomain::Tsc, false),
+            member(100_000_000, CounterDomain::Hpet, false),
+        ];
+        let mut w = Watchdog::new(&members, WatchdogConfig::default());
+        let mut r = Round::new(0, 100_000);
+        assert_eq!(
+            w.check(&r, 1, 0, false).outcome,
+            Outcome::Discarded(Duration::from_millis(1))
+        );
+        r = Round::new(0, 10);
+        r.ticks[0] = Some(500);
+        assert_eq!(w.check(&r, 1, 0, false).outcome, Outcome::Started);
+        let mut r2 = Round::new(20_000_000, 20_000_010);
+        r2.ticks[0] = Some(100);
+        let j = w.check(&r2, 1, 0, false);
+        assert_eq!(j.verdict(0), MemberVerdict::Faulty(Fault::SteppedBack));
+        let mut r3 = Round::new(40_000_000, 40_000_010);
+        r3.ticks[0] = Some(100);
+        assert_eq!(
+            w.check(&r3, 1, 0, false).verdict(0),
+            MemberVerdict::Faulty(Fault::Stopped)
+        );
     }
 }

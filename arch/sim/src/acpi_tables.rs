@@ -17,7 +17,7 @@
 use clockhal_x86::SliceMemory;
 use std::vec::Vec;
 
-/// The FADT fields that matter for the PM timer.
+/// The FADT fields that matter for the PM timer and the RTC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FadtSpec {
     /// FADT revision: 1 gives the 116-byte ACPI 1.0 layout (no X_ fields),
@@ -27,6 +27,9 @@ pub struct FadtSpec {
     pub pm_tmr_blk: u32,
     /// PM_TMR_LEN (offset 91).
     pub pm_tmr_len: u8,
+    /// CENTURY (offset 108): CMOS index of the RTC's century register, 0
+    /// for none. QEMU q35/pc: 0x32 (`RTC_CENTURY`); microvm leaves it 0.
+    pub century: u8,
     /// X_PM_TMR_BLK (offset 208) as (address space, address); only written
     /// for revision 3+.
     pub x_pm_tmr_blk: Option<(u8, u64)>,
@@ -74,7 +77,8 @@ pub struct AcpiTablesBuilder {
 impl AcpiTablesBuilder {
     /// Like QEMU `-M q35` with SeaBIOS: RSDP rev 0 → RSDT; FADT rev 3 with
     /// the PM timer at port 0x608 in both PM_TMR_BLK and X_PM_TMR_BLK,
-    /// 24-bit; HPET at 0xFED00000.
+    /// 24-bit, and the RTC century register at CMOS index 0x32; HPET at
+    /// 0xFED00000.
     pub fn q35() -> Self {
         AcpiTablesBuilder {
             base: 0x07FE_0000,
@@ -83,6 +87,7 @@ impl AcpiTablesBuilder {
                 revision: 3,
                 pm_tmr_blk: 0x608,
                 pm_tmr_len: 4,
+                century: 0x32,
                 x_pm_tmr_blk: Some((1, 0x608)),
                 tmr_val_ext: false,
                 hw_reduced: false,
@@ -92,13 +97,15 @@ impl AcpiTablesBuilder {
     }
 
     /// Like QEMU `-M pc`: ACPI 1.0 FADT (revision 1, no X_ fields) with the
-    /// PIIX4 PM timer at port 0xb008, 24-bit; HPET at 0xFED00000.
+    /// PIIX4 PM timer at port 0xb008, 24-bit, century register 0x32; HPET at
+    /// 0xFED00000.
     pub fn pc() -> Self {
         AcpiTablesBuilder {
             fadt: Some(FadtSpec {
                 revision: 1,
                 pm_tmr_blk: 0xb008,
                 pm_tmr_len: 4,
+                century: 0x32,
                 x_pm_tmr_blk: None,
                 tmr_val_ext: false,
                 hw_reduced: false,
@@ -108,7 +115,8 @@ impl AcpiTablesBuilder {
     }
 
     /// Like QEMU `-M microvm`: RSDP rev 2 → XSDT; hardware-reduced FADT
-    /// (revision 5) without a PM timer; no HPET table.
+    /// (revision 5) without a PM timer or century register
+    /// (hw/i386/acpi-microvm.c sets neither); no HPET table.
     pub fn microvm() -> Self {
         AcpiTablesBuilder {
             base: 0x000E_0000,
@@ -117,6 +125,7 @@ impl AcpiTablesBuilder {
                 revision: 5,
                 pm_tmr_blk: 0,
                 pm_tmr_len: 0,
+                century: 0,
                 x_pm_tmr_blk: Some((0, 0)),
                 tmr_val_ext: false,
                 hw_reduced: true,
@@ -198,6 +207,7 @@ fn fadt_bytes(f: &FadtSpec) -> Vec<u8> {
     let mut t = sdt(b"FACP", f.revision, &vec![0u8; len - 36]);
     t[76..80].copy_from_slice(&f.pm_tmr_blk.to_le_bytes());
     t[91] = f.pm_tmr_len;
+    t[108] = f.century;
     let flags = (f.tmr_val_ext as u32) << 8 | (f.hw_reduced as u32) << 20;
     t[112..116].copy_from_slice(&flags.to_le_bytes());
     if let (Some((space, addr)), true) = (f.x_pm_tmr_blk, len >= 220) {

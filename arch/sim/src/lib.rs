@@ -12,10 +12,12 @@
 //!   range's maximum leaf).
 //! - **Devices**: a KVM host that writes pvclock areas registered via MSR
 //!   ([`KvmHost`]), a Hyper-V partition with the reference TSC page and
-//!   TIME_REF_COUNT ([`HypervHost`]), an HPET ([`Hpet`]) and an ACPI PM timer
-//!   ([`PmTimer`]), each with fault injection.
+//!   TIME_REF_COUNT ([`HypervHost`]), an HPET ([`Hpet`]), an ACPI PM timer
+//!   ([`PmTimer`]), an 8254 PIT ([`Pit8254`]) and a CMOS RTC ([`CmosRtc`]),
+//!   each with fault injection.
 //! - **Trap counters**: every MSR, port and MMIO access is counted
-//!   ([`TrapCounts`]), so a test can assert "exactly one exit per read".
+//!   ([`TrapCounts`]), so a test can assert "exactly one exit per read";
+//!   [`PortTap`] logs (and can rewrite) each 8-bit port access.
 //! - **Memory** shared with the "hypervisor" is allocated by the machine
 //!   ([`SimMachine::alloc_pvclock_areas`], ...), which remembers the fake
 //!   physical address it handed out.
@@ -36,18 +38,24 @@ mod hpet;
 mod hyperv;
 mod kvm;
 mod memory;
+mod pit;
 mod pm_timer;
+mod port_tap;
 #[cfg(target_arch = "x86_64")]
 mod real_tsc;
+mod rtc;
 
 pub use acpi_tables::{AcpiImage, AcpiTablesBuilder, FadtSpec, HpetTableSpec};
 pub use hpet::{Hpet, HpetConfig};
 pub use hyperv::{HypervConfig, HypervHost};
 pub use kvm::{KvmConfig, KvmHost};
 pub use memory::SharedMemory;
+pub use pit::{Pit8254, PitConfig, PitModel, PIT_HARDWARE_RATE, PIT_KVM_RATE, PIT_QEMU_RATE};
 pub use pm_timer::{PmTimer, PmTimerConfig};
+pub use port_tap::{PortAccess, PortTap};
 #[cfg(target_arch = "x86_64")]
 pub use real_tsc::RealTsc;
+pub use rtc::{CmosRtc, RtcConfig, UIP_LEAD_NS, UPDATE_CYCLE_NS};
 
 use clockhal_x86::paravirt::{
     HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo, PvclockWallClock,
@@ -120,6 +128,10 @@ pub struct SimConfig {
     pub hpet: Option<HpetConfig>,
     /// ACPI PM timer, if any.
     pub pm_timer: Option<PmTimerConfig>,
+    /// 8254 PIT (ports 0x40-0x43, 0x61), if any.
+    pub pit: Option<PitConfig>,
+    /// CMOS RTC (ports 0x70-0x71), if any.
+    pub rtc: Option<RtcConfig>,
 }
 
 /// The four CPUID registers, for table building.
@@ -162,6 +174,8 @@ impl SimConfig {
             hyperv: None,
             hpet: None,
             pm_timer: None,
+            pit: None,
+            rtc: None,
         }
     }
 
@@ -272,6 +286,18 @@ impl SimConfig {
         self
     }
 
+    /// Adds an 8254 PIT.
+    pub fn with_pit(mut self, pit: PitConfig) -> Self {
+        self.pit = Some(pit);
+        self
+    }
+
+    /// Adds a CMOS RTC.
+    pub fn with_rtc(mut self, rtc: RtcConfig) -> Self {
+        self.rtc = Some(rtc);
+        self
+    }
+
     /// Builds the machine.
     pub fn build(self) -> SimMachine {
         SimMachine::new(self)
@@ -359,6 +385,8 @@ struct State {
     hyperv: Option<HypervHost>,
     hpet: Option<Hpet>,
     pm: Option<PmTimer>,
+    pit: Option<Pit8254>,
+    rtc: Option<CmosRtc>,
 }
 
 /// The simulated machine. Implements [`Hardware`]; `&SimMachine` does too.
@@ -371,6 +399,8 @@ pub struct SimMachine {
     /// [`take_cpuid_reads`](SimMachine::take_cpuid_reads).
     cpuid_reads: Mutex<BTreeSet<(u32, u32)>>,
     rdtsc_hook: RdtscHookSlot,
+    /// One owner of the clock hardware at a time (`Hardware::clock_lease`).
+    lease: AtomicBool,
 }
 
 /// A test's code that runs right after a `rdtsc` (see
@@ -416,6 +446,8 @@ impl SimMachine {
             hyperv: config.hyperv.clone().map(HypervHost::new),
             hpet: config.hpet.clone().map(Hpet::new),
             pm: config.pm_timer.clone().map(PmTimer::new),
+            pit: config.pit.clone().map(Pit8254::new),
+            rtc: config.rtc.clone().map(|r| CmosRtc::new(r, config.start_ns)),
         };
         SimMachine {
             config,
@@ -424,23 +456,28 @@ impl SimMachine {
             counters: Counters::default(),
             cpuid_reads: Mutex::default(),
             rdtsc_hook: RdtscHookSlot::default(),
+            lease: AtomicBool::new(false),
         }
     }
 
     /// Bare metal: Intel, invariant TSC at 2.592 GHz stated exactly by leaf
     /// 0x15 (24 MHz crystal * 216/2), 64-bit HPET at 14.318 MHz
-    /// (69,841,279 fs) at 0xFED00000, 24-bit PM timer at port 0x608.
+    /// (69,841,279 fs) at 0xFED00000, 24-bit PM timer at port 0x608, an
+    /// 8254 at 105/88 MHz and an MC146818 RTC (data-sheet behaviour).
     pub fn bare_metal() -> SimMachine {
         SimConfig::cpu(2_592_000_000)
             .with_invariant_tsc(true)
             .with_tsc_leaf(2, 216, 24_000_000)
             .with_hpet(HpetConfig::classic())
             .with_pm_timer(PmTimerConfig::default())
+            .with_pit(PitConfig::hardware())
+            .with_rtc(RtcConfig::hardware())
             .build()
     }
 
     /// QEMU/KVM with kvmclock (CLOCKSOURCE2 + stable bit, stable flag set),
-    /// 2.6 GHz TSC without invariant bit, 100 MHz HPET, 24-bit PM timer.
+    /// 2.6 GHz TSC without invariant bit, 100 MHz HPET, 24-bit PM timer,
+    /// KVM's in-kernel PIT and QEMU's RTC.
     pub fn kvm() -> SimMachine {
         Self::kvm_config().build()
     }
@@ -462,6 +499,8 @@ impl SimMachine {
             .with_kvm(KvmConfig::default())
             .with_hpet(HpetConfig::qemu())
             .with_pm_timer(PmTimerConfig::default())
+            .with_pit(PitConfig::kvm())
+            .with_rtc(RtcConfig::qemu())
     }
 
     /// Hyper-V: reference TSC page, TIME_REF_COUNT and frequency MSRs,
@@ -479,17 +518,36 @@ impl SimMachine {
     }
 
     /// QEMU TCG (q35): no paravirtual clock, unknown MSRs read 0, garbage
-    /// CPUID outside the table, 100 MHz HPET, 24-bit PM timer.
+    /// CPUID outside the table, 100 MHz HPET, 24-bit PM timer, QEMU's PIT
+    /// (with the PC speaker's port 0x61) and RTC.
     pub fn qemu_tcg() -> SimMachine {
-        let mut c = SimConfig::cpu(2_000_000_000)
-            .without_cpuid(0x15, 0)
+        Self::qemu_tcg_config()
             .with_hpet(HpetConfig::qemu())
-            .with_pm_timer(PmTimerConfig::default());
+            .with_pm_timer(PmTimerConfig::default())
+            .with_pit(PitConfig::qemu())
+            .with_rtc(RtcConfig::qemu())
+            .build()
+    }
+
+    /// QEMU TCG `-M microvm`: as [`qemu_tcg`](Self::qemu_tcg) without HPET
+    /// and PM timer, with the PIT but no port 0x61 (hw/i386/microvm.c
+    /// creates the i8254 for `pit=auto` and no PC speaker) and the RTC
+    /// (`rtc=auto` creates it only without KVM). Its ACPI tables are
+    /// [`AcpiTablesBuilder::microvm`] (FADT CENTURY = 0).
+    pub fn qemu_tcg_microvm() -> SimMachine {
+        Self::qemu_tcg_config()
+            .with_pit(PitConfig::microvm())
+            .with_rtc(RtcConfig::qemu())
+            .build()
+    }
+
+    /// QEMU TCG's CPU: 2 GHz TSC with no stated rate.
+    fn qemu_tcg_config() -> SimConfig {
+        let mut c = SimConfig::cpu(2_000_000_000).without_cpuid(0x15, 0);
         c.cpuid_garbage = true;
         c.unknown_msr = UnknownMsr::ReadZero;
         // TCG's -cpu max sets the hypervisor bit with an empty range.
-        c = c.with_hypervisor(0x4000_0000, 0x4000_0001, b"TCGTCGTCGTCG");
-        c.build()
+        c.with_hypervisor(0x4000_0000, 0x4000_0001, b"TCGTCGTCGTCG")
     }
 
     /// The configuration this machine was built from.
@@ -676,6 +734,20 @@ impl SimMachine {
         st.pm.as_mut().map(|p| f(p, &ctx))
     }
 
+    /// Runs `f` on the PIT (`None` if absent).
+    pub fn with_pit<R>(&self, f: impl FnOnce(&mut Pit8254, &SimCtx<'_>) -> R) -> Option<R> {
+        let mut st = self.lock();
+        let ctx = ctx!(self, st);
+        st.pit.as_mut().map(|p| f(p, &ctx))
+    }
+
+    /// Runs `f` on the RTC (`None` if absent).
+    pub fn with_rtc<R>(&self, f: impl FnOnce(&mut CmosRtc, &SimCtx<'_>) -> R) -> Option<R> {
+        let mut st = self.lock();
+        let ctx = ctx!(self, st);
+        st.rtc.as_mut().map(|r| f(r, &ctx))
+    }
+
     /// The HPET's register window as the OS would map it (simulated).
     pub fn hpet_region(&self) -> Option<MmioRegion> {
         self.config
@@ -751,7 +823,16 @@ impl SimMachine {
         self.counters.port_writes.fetch_add(1, Ordering::SeqCst);
         let mut st = self.lock();
         self.tick(&mut st, self.config.costs.trap_ns);
-        let _ = (port, value);
+        let ctx = ctx!(self, st);
+        let st = &mut *st;
+        let _handled = st
+            .pit
+            .as_mut()
+            .is_some_and(|p| p.port_write(&ctx, port, value))
+            || st
+                .rtc
+                .as_mut()
+                .is_some_and(|r| r.port_write(&ctx, port, value));
     }
 
     fn tick(&self, st: &mut State, ns: u64) {
@@ -837,6 +918,10 @@ impl Hardware for SimMachine {
         self.msr_read(msr)
     }
 
+    fn recovers_msr_faults(&self) -> bool {
+        true
+    }
+
     // The trait makes `wrmsr` unsafe for real hardware; the simulator's
     // "hypervisor" only ever writes memory it allocated itself.
     #[allow(unsafe_code)]
@@ -848,8 +933,14 @@ impl Hardware for SimMachine {
         self.counters.port_reads.fetch_add(1, Ordering::SeqCst);
         let mut st = self.lock();
         self.tick(&mut st, self.config.costs.trap_ns);
-        let _ = port; // no 8-bit devices yet: an absent device reads all ones
-        u8::MAX
+        let ctx = ctx!(self, st);
+        let st = &mut *st;
+        // An absent device reads all ones.
+        st.pit
+            .as_mut()
+            .and_then(|p| p.port_read(&ctx, port))
+            .or_else(|| st.rtc.as_mut().and_then(|r| r.port_read(&ctx, port)))
+            .unwrap_or(u8::MAX)
     }
 
     // As `wrmsr`: unsafe only because the trait is; simulated ports have no
@@ -893,6 +984,10 @@ impl Hardware for SimMachine {
 
     fn is_simulated(&self) -> bool {
         true
+    }
+
+    fn clock_lease(&self) -> &AtomicBool {
+        &self.lease
     }
 }
 

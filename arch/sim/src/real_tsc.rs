@@ -65,6 +65,9 @@ impl Hardware for RealTsc {
     fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
         self.sim.try_rdmsr(msr)
     }
+    fn recovers_msr_faults(&self) -> bool {
+        true
+    }
     // Forwarded to the simulator, whose "hypervisor" only writes memory it
     // allocated itself.
     #[allow(unsafe_code)]
@@ -84,6 +87,14 @@ impl Hardware for RealTsc {
     }
     fn is_simulated(&self) -> bool {
         true
+    }
+    fn clock_lease(&self) -> &core::sync::atomic::AtomicBool {
+        self.sim.clock_lease()
+    }
+    /// The bench reads from one pinned thread: the per-CPU slot is its own.
+    #[inline(always)]
+    fn fetch_max_local(&self, cell: &core::sync::atomic::AtomicU64, value: u64) -> u64 {
+        clockhal_x86::cpu_local_max(cell, value)
     }
     fn mmio_read32(&self, region: MmioRegion, offset: usize) -> u32 {
         self.sim.mmio_read32(region, offset)

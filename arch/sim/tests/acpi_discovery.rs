@@ -1,7 +1,7 @@
 //! ACPI discovery against QEMU-like tables and corrupted variants.
 
 use clockhal_sim::{AcpiTablesBuilder, HpetTableSpec};
-use clockhal_x86::acpi::{discover, AcpiError, HpetInfo, PmTimerInfo};
+use clockhal_x86::acpi::{discover, AcpiError, HpetInfo, PmTimerInfo, RtcInfo};
 use clockhal_x86::{PhysMemory, SliceMemory};
 
 #[test]
@@ -338,5 +338,65 @@ fn find_table_locates_listed_tables_only() {
     assert_eq!(
         clockhal_x86::acpi::find_table(&img.memory(), img.rsdp(), "SRAT"),
         Err(AcpiError::NotFound { table: "SRAT" })
+    );
+}
+
+#[test]
+fn century_index_comes_from_the_fadt() {
+    // q35 (FADT rev 3) and pc (ACPI 1.0, 116 bytes: offset 108 is inside)
+    // name QEMU's century register; microvm's FADT leaves it 0.
+    for (b, want) in [
+        (AcpiTablesBuilder::q35(), Some(0x32)),
+        (AcpiTablesBuilder::pc(), Some(0x32)),
+        (AcpiTablesBuilder::microvm(), None),
+    ] {
+        let img = b.build();
+        let c = discover(&img.memory(), img.rsdp()).unwrap();
+        assert_eq!(
+            c.rtc,
+            Ok(RtcInfo {
+                century_index: want
+            })
+        );
+    }
+    // Whatever byte the firmware put there is passed on (the RTC backend
+    // judges it), and only that byte is read.
+    let mut b = AcpiTablesBuilder::q35();
+    b.fadt.as_mut().unwrap().century = 0xFF;
+    let img = b.build();
+    let c = discover(&img.memory(), img.rsdp()).unwrap();
+    assert_eq!(c.rtc.unwrap().century_index, Some(0xFF));
+    let mut img = AcpiTablesBuilder::q35().build();
+    img.patch(b"FACP", 108, &[0x48]);
+    let c = discover(&img.memory(), img.rsdp()).unwrap();
+    assert_eq!(c.rtc.unwrap().century_index, Some(0x48));
+    assert_eq!(c.pm_timer.unwrap().port, 0x608);
+}
+
+#[test]
+fn a_bad_or_missing_fadt_fails_rtc_and_pm_timer_alike() {
+    let mut img = AcpiTablesBuilder::q35().build();
+    img.poke(b"FACP", 108, &[0x33]);
+    let c = discover(&img.memory(), img.rsdp()).unwrap();
+    assert_eq!(c.rtc, Err(AcpiError::BadChecksum { table: "FACP" }));
+    assert_eq!(c.pm_timer, Err(AcpiError::BadChecksum { table: "FACP" }));
+    assert!(c.hpet.is_ok());
+
+    let mut b = AcpiTablesBuilder::q35();
+    b.fadt = None;
+    let img = b.build();
+    let c = discover(&img.memory(), img.rsdp()).unwrap();
+    assert_eq!(c.rtc, Err(AcpiError::NotFound { table: "FACP" }));
+
+    // A FADT too short for the flags (and so for CENTURY): a length error.
+    let mut img = AcpiTablesBuilder::pc().build();
+    img.patch(b"FACP", 4, &100u32.to_le_bytes());
+    let c = discover(&img.memory(), img.rsdp()).unwrap();
+    assert_eq!(
+        c.rtc,
+        Err(AcpiError::BadLength {
+            table: "FACP",
+            len: 100
+        })
     );
 }

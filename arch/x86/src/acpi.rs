@@ -1,8 +1,9 @@
 //! Finding the HPET and the ACPI PM timer in the firmware's ACPI tables.
 //!
 //! Only what the clock backends need is parsed: the RSDP (v1 and v2), the
-//! root table (XSDT, else RSDT), the FADT's PM timer fields and the "HPET"
-//! table's base address. Every byte comes through an OS-supplied
+//! root table (XSDT, else RSDT), the FADT's PM timer fields and CENTURY
+//! index (the CMOS RTC's century register) and the "HPET" table's base
+//! address. Every byte comes through an OS-supplied
 //! [`PhysMemory`] and is treated as untrusted: checksums are verified, table
 //! lengths are bounded, loops over root-table entries are capped, and every
 //! problem becomes an [`AcpiError`] (never a panic).
@@ -29,6 +30,7 @@
 //!     Ok(clocks) => {
 //!         if let Ok(hpet) = clocks.hpet { let _ = hpet.base; }
 //!         if let Ok(pm) = clocks.pm_timer { let _ = (pm.port, pm.bits32); }
+//!         if let Ok(rtc) = clocks.rtc { let _ = rtc.century_index; }
 //!     }
 //!     Err(e) => { let _ = e; /* no usable ACPI: probe the TSC only */ }
 //! }
@@ -56,6 +58,8 @@ const SPACE_IO: u8 = 1;
 mod fadt {
     pub const PM_TMR_BLK: usize = 76;
     pub const PM_TMR_LEN: usize = 91;
+    /// CMOS index of the RTC's century register (0: none). ACPI 1.0 on.
+    pub const CENTURY: usize = 108;
     pub const FLAGS: usize = 112;
     pub const X_PM_TMR_BLK: usize = 208;
     /// Flags bit 8: the PM timer is 32 bits wide.
@@ -92,6 +96,17 @@ pub struct PmTimerInfo {
     pub bits32: bool,
 }
 
+/// What the FADT says about the CMOS real-time clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RtcInfo {
+    /// FADT `CENTURY` (byte at offset 108): the CMOS RAM index of the
+    /// century register, `None` when the field is 0 (no century register;
+    /// QEMU microvm). Passed on as found: the RTC backend checks that it
+    /// names a usable register (QEMU q35/pc: 0x32).
+    pub century_index: Option<u8>,
+}
+
 /// What [`discover`] found: each clock independently present or not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AcpiClocks {
@@ -99,6 +114,8 @@ pub struct AcpiClocks {
     pub hpet: Result<HpetInfo, AcpiError>,
     /// The PM timer, or why there is none usable.
     pub pm_timer: Result<PmTimerInfo, AcpiError>,
+    /// The RTC's century register, or why the FADT could not be read.
+    pub rtc: Result<RtcInfo, AcpiError>,
 }
 
 /// Why the tables (or one clock in them) could not be used.
@@ -434,16 +451,39 @@ fn hpet_info(mem: &impl PhysMemory, root: &Root) -> Result<HpetInfo, AcpiError> 
     })
 }
 
-fn pm_timer_info(mem: &impl PhysMemory, root: &Root) -> Result<PmTimerInfo, AcpiError> {
-    const T: &str = "FACP";
+/// The FADT's fields up to the end of X_PM_TMR_BLK (only up to the flags
+/// for an ACPI 1.0 table, which ends there), checksum verified.
+struct Fadt {
+    b: [u8; fadt::X_PM_TMR_BLK + 12],
+    have_x: bool,
+}
+
+const FADT: &str = "FACP";
+
+fn read_fadt(mem: &impl PhysMemory, root: &Root) -> Result<Fadt, AcpiError> {
     // ACPI 1.0 FADT (116 bytes) is the smallest with the flags field.
-    let table = root.find(mem, T, (fadt::FLAGS + 4) as u32)?;
+    let table = root.find(mem, FADT, (fadt::FLAGS + 4) as u32)?;
     let mut b = [0u8; fadt::X_PM_TMR_BLK + 12];
     let have_x = table.len as usize >= b.len();
     let n = if have_x { b.len() } else { fadt::FLAGS + 4 };
-    table.bytes(mem, T, 0, &mut b[..n])?;
-    let x = if have_x {
-        Some(Gas::parse(&b, fadt::X_PM_TMR_BLK))
+    table.bytes(mem, FADT, 0, &mut b[..n])?;
+    Ok(Fadt { b, have_x })
+}
+
+fn rtc_info(f: &Fadt) -> RtcInfo {
+    RtcInfo {
+        century_index: match f.b[fadt::CENTURY] {
+            0 => None,
+            i => Some(i),
+        },
+    }
+}
+
+fn pm_timer_info(f: &Fadt) -> Result<PmTimerInfo, AcpiError> {
+    const T: &str = FADT;
+    let b = &f.b;
+    let x = if f.have_x {
+        Some(Gas::parse(b, fadt::X_PM_TMR_BLK))
     } else {
         None
     };
@@ -457,7 +497,7 @@ fn pm_timer_info(mem: &impl PhysMemory, root: &Root) -> Result<PmTimerInfo, Acpi
             }
             g.address
         }
-        _ => u32_at(&b, fadt::PM_TMR_BLK) as u64,
+        _ => u32_at(b, fadt::PM_TMR_BLK) as u64,
     };
     if address == 0 {
         return Err(AcpiError::ZeroAddress { table: T });
@@ -469,20 +509,23 @@ fn pm_timer_info(mem: &impl PhysMemory, root: &Root) -> Result<PmTimerInfo, Acpi
     let port = u16::try_from(address).map_err(|_| AcpiError::PortOutOfRange(address))?;
     Ok(PmTimerInfo {
         port,
-        bits32: u32_at(&b, fadt::FLAGS) & fadt::TMR_VAL_EXT != 0,
+        bits32: u32_at(b, fadt::FLAGS) & fadt::TMR_VAL_EXT != 0,
     })
 }
 
-/// Finds the HPET and the PM timer from the RSDP at physical address
-/// `rsdp`.
+/// Finds the HPET, the PM timer and the RTC's century register from the
+/// RSDP at physical address `rsdp`.
 ///
 /// Errors in the RSDP or root table fail the whole call; a missing or bad
-/// HPET or FADT only fails that clock's field of [`AcpiClocks`].
+/// HPET or FADT only fails the fields of [`AcpiClocks`] that depend on it
+/// (a bad FADT fails both `pm_timer` and `rtc`, with the same error).
 pub fn discover(mem: &impl PhysMemory, rsdp: u64) -> Result<AcpiClocks, AcpiError> {
     let root = root(mem, rsdp)?;
+    let fadt = read_fadt(mem, &root);
     Ok(AcpiClocks {
         hpet: hpet_info(mem, &root),
-        pm_timer: pm_timer_info(mem, &root),
+        pm_timer: fadt.as_ref().map_err(|e| *e).and_then(pm_timer_info),
+        rtc: fadt.as_ref().map(rtc_info).map_err(|e| *e),
     })
 }
 

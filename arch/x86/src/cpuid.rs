@@ -61,6 +61,27 @@ pub fn hypervisor_present<H: Hardware>(hw: &H) -> bool {
     hw.cpuid(1, 0).ecx & (1 << 31) != 0
 }
 
+/// The calling CPU's APIC ID: the x2APIC ID from leaf 0xB when the basic
+/// range reaches it and the leaf is implemented (non-zero EBX), else the
+/// initial APIC ID, CPUID.1:EBX[31:24]. It tells CPUs apart where the OS's
+/// CPU index cannot be trusted (two CPUs reporting the same index).
+pub fn apic_id<H: Hardware>(hw: &H) -> u32 {
+    let max = hw.cpuid(0, 0).eax;
+    if max >= 0xB {
+        let x2 = hw.cpuid(0xB, 0);
+        if x2.ebx & 0xFFFF != 0 {
+            return x2.edx;
+        }
+    }
+    hw.cpuid(1, 0).ebx >> 24
+}
+
+/// Whether the `IA32_TSC_ADJUST` MSR exists (CPUID.(EAX=7,ECX=0):EBX bit
+/// 1), checking the maximum basic leaf first.
+pub fn has_tsc_adjust<H: Hardware>(hw: &H) -> bool {
+    hw.cpuid(0, 0).eax >= 7 && hw.cpuid(7, 0).ebx & (1 << 1) != 0
+}
+
 /// Whether `rdtscp` exists (CPUID 0x80000001 EDX bit 27).
 pub fn has_rdtscp<H: Hardware>(hw: &H) -> bool {
     cpuid_of(hw)

@@ -1,6 +1,7 @@
 //! The hardware-access trait every backend is generic over.
 
 use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Result of one `cpuid` instruction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +45,10 @@ impl Msr {
     pub const HV_TSC_FREQUENCY: Msr = Msr(0x4000_0022);
     /// Hyper-V APIC timer frequency in Hz.
     pub const HV_APIC_FREQUENCY: Msr = Msr(0x4000_0023);
+    /// `IA32_TSC_ADJUST`: the TSC's per-CPU offset, which firmware or an OS
+    /// may write; equal on every CPU when the TSCs are in step (CPUID.7:EBX
+    /// bit 1 says it exists).
+    pub const IA32_TSC_ADJUST: Msr = Msr(0x3B);
     /// `IA32_TSC_AUX` (what `rdtscp` returns in ECX; OSes store the CPU index).
     pub const IA32_TSC_AUX: Msr = Msr(0xC000_0103);
 
@@ -145,7 +150,7 @@ impl MmioRegion {
 /// Statically dispatched: backends are generic over `H: Hardware`, so the
 /// read path compiles to the instructions themselves. Implemented by
 /// [`Native`](crate::Native) (real instructions), by
-/// [`SimMachine`](crate::sim::SimMachine) (feature `sim`), and by any OS
+/// `clockhal_sim::SimMachine` (crate `clockhal-sim`), and by any OS
 /// wrapper that adds, for example, #GP recovery ([`try_rdmsr`](Self::try_rdmsr))
 /// or its CPU index ([`cpu_index`](Self::cpu_index)).
 ///
@@ -154,8 +159,14 @@ impl MmioRegion {
 pub trait Hardware: Sync {
     /// `rdtsc`: may execute before earlier loads retire.
     fn rdtsc(&self) -> u64;
-    /// `rdtsc` ordered after all earlier instructions (`lfence; rdtsc` on
-    /// Intel and on AMD with serialising LFENCE, `mfence; rdtsc` otherwise).
+    /// The TSC read after every earlier instruction has executed and every
+    /// earlier load is done, and after every earlier memory access in
+    /// program order as far as the compiler is concerned (a memory clobber,
+    /// like Linux's `rdtsc_ordered`): what a seqlock window or a warp test
+    /// needs. [`Native`](crate::Native) uses `rdtscp` where CPUID offers it,
+    /// else `lfence; rdtsc` (Intel, and AMD with a dispatch-serialising
+    /// LFENCE) or `mfence; rdtsc`. Later instructions may still start
+    /// before the TSC is read.
     fn rdtsc_ordered(&self) -> u64;
     /// `rdtscp`: TSC and `IA32_TSC_AUX`. Only when CPUID says RDTSCP exists
     /// ([`cpuid::has_rdtscp`](crate::cpuid::has_rdtscp)); otherwise #UD.
@@ -171,6 +182,13 @@ pub trait Hardware: Sync {
     fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
         let _ = msr;
         None
+    }
+    /// Whether [`try_rdmsr`](Self::try_rdmsr) really executes `rdmsr` and
+    /// recovers from a #GP (an OS with a fault fixup, the simulator). The
+    /// default, `false`, means `try_rdmsr` tests nothing; clockhal then
+    /// reads MSRs that CPUID promises with plain `rdmsr` ([`rdmsr_checked`](crate::rdmsr_checked)).
+    fn recovers_msr_faults(&self) -> bool {
+        false
     }
     /// `wrmsr`.
     ///
@@ -190,7 +208,8 @@ pub trait Hardware: Sync {
     /// a device the OS lets clockhal program (e.g. PIT channel 2, which the
     /// OS leaves alone; the CMOS index register, with the NMI-disable bit
     /// as the OS wants it). Backends reach it only through the safe,
-    /// device-specific wrappers of this crate.
+    /// device-specific wrappers of this crate ([`pit`](crate::pit),
+    /// [`cmos`](crate::cmos)).
     unsafe fn outb(&self, port: u16, value: u8);
     /// 32-bit port read (`in eax, dx`).
     fn inl(&self, port: u16) -> u32;
@@ -203,10 +222,35 @@ pub trait Hardware: Sync {
     /// 64-bit MMIO store.
     fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64);
     /// Index of the CPU executing this call, `0..cpu_count`. The default is
-    /// `0` (single-CPU OS); SMP kernels override it (per-CPU pvclock areas
-    /// need it).
+    /// `0` (single-CPU OS); SMP kernels override it: per-CPU pvclock areas
+    /// and clockhal's per-CPU read state are indexed by it. It must name the
+    /// calling CPU for the whole of a clock read (interrupts may run in
+    /// between; a migration to another CPU may not), so two CPUs never use
+    /// the same index at the same time.
     fn cpu_index(&self) -> usize {
         0
+    }
+    /// `max(*cell, value)` stored into `cell` and returned, atomically with
+    /// respect to everything that may run on the calling CPU meanwhile
+    /// (interrupts, NMIs) and to other CPUs that update `cell` the same way.
+    ///
+    /// clockhal calls it on the calling CPU's own per-CPU slot (by
+    /// [`cpu_index`](Self::cpu_index)) on every clock read. The default is a
+    /// locked `fetch_max`, correct wherever it is used; an OS whose
+    /// `cpu_index` is truthful lets [`Native`](crate::Native) use an
+    /// unlocked `cmpxchg` instead ([`cpu_local_max`](crate::cpu_local_max):
+    /// interrupt-atomic, a fifth of the cost).
+    #[inline(always)]
+    fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
+        cell.fetch_max(value, Ordering::AcqRel).max(value)
+    }
+    /// The flag that makes one machine's clock hardware owned by one probe
+    /// result at a time (see `clockhal::probe`): the default is one flag
+    /// for the whole program, right for every real machine; a simulator
+    /// has one per simulated machine.
+    fn clock_lease(&self) -> &AtomicBool {
+        static LEASE: AtomicBool = AtomicBool::new(false);
+        &LEASE
     }
     /// Whether this is a simulated machine, which accepts simulated memory
     /// and MMIO regions ([`PhysMapped::simulated`](crate::paravirt::PhysMapped::simulated),
@@ -241,6 +285,10 @@ impl<T: Hardware + ?Sized> Hardware for &T {
     #[inline(always)]
     fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
         (**self).try_rdmsr(msr)
+    }
+    #[inline(always)]
+    fn recovers_msr_faults(&self) -> bool {
+        (**self).recovers_msr_faults()
     }
     #[inline(always)]
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
@@ -283,5 +331,25 @@ impl<T: Hardware + ?Sized> Hardware for &T {
     #[inline(always)]
     fn is_simulated(&self) -> bool {
         (**self).is_simulated()
+    }
+    #[inline(always)]
+    fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
+        (**self).fetch_max_local(cell, value)
+    }
+    #[inline(always)]
+    fn clock_lease(&self) -> &AtomicBool {
+        (**self).clock_lease()
+    }
+}
+
+/// Reads an MSR that CPUID promises: `None` when the read raised #GP (the
+/// hypervisor's CPUID lied), where the OS can tell
+/// ([`Hardware::recovers_msr_faults`]); elsewhere a plain `rdmsr`, which
+/// trusts the promise as every OS must without a fault fixup.
+pub fn rdmsr_checked<H: Hardware + ?Sized>(hw: &H, msr: Msr) -> Option<u64> {
+    if hw.recovers_msr_faults() {
+        hw.try_rdmsr(msr)
+    } else {
+        Some(hw.rdmsr(msr))
     }
 }

@@ -1,7 +1,7 @@
 //! The real instructions.
 
 use crate::{CpuidResult, Hardware, MmioRegion, Msr};
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// How `rdtsc_ordered` fences: set once by [`Native::new`].
 static FENCE: AtomicU8 = AtomicU8::new(FENCE_LFENCE);
@@ -9,18 +9,43 @@ const FENCE_LFENCE: u8 = 0;
 const FENCE_MFENCE: u8 = 1;
 const FENCE_RDTSCP: u8 = 2;
 
-/// Hardware access through the real x86_64 instructions (zero-sized).
+/// Hardware access through the real x86_64 instructions.
+///
+/// How it knows the calling CPU decides how clockhal's per-CPU read state
+/// is updated:
+///
+/// | constructor | `cpu_index()` | per-CPU floor update |
+/// |---|---|---|
+/// | [`Native::new`] | 0 | locked `fetch_max` (correct on any number of CPUs) |
+/// | [`.single_cpu()`](Native::single_cpu) | 0 | unlocked `cmpxchg` (one CPU: interrupts are the only concurrency) |
+/// | [`.with_cpu_index(f)`](Native::with_cpu_index) | `f()` | unlocked `cmpxchg` on the calling CPU's own slot |
+///
+/// The unlocked form is interrupt-safe and costs about a fifth of a locked
+/// one; it is what makes [`Clock::now`](https://docs.rs/clockhal) as cheap
+/// as a vDSO read. Use it whenever the OS can say which CPU it runs on.
 ///
 /// ```no_run
 /// use clockhal_x86::{Hardware, Native};
+/// fn this_cpu() -> usize { 0 /* e.g. read a GS-relative per-CPU field */ }
 /// // SAFETY: we are a kernel running at CPL0 and let clockhal use the clock
 /// // MSRs and the ports our firmware tables name.
-/// let hw = unsafe { Native::new() };
+/// let hw = unsafe { Native::new() }.with_cpu_index(this_cpu);
 /// let t = hw.rdtsc_ordered();
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Native {
-    _private: (),
+    cpu: CpuIndex,
+}
+
+/// How [`Native`] learns the calling CPU.
+#[derive(Clone, Copy, Debug)]
+enum CpuIndex {
+    /// Not known: index 0 for every CPU, shared state updated with locks.
+    Unknown,
+    /// The machine (or the OS) has one CPU.
+    Single,
+    /// The OS's function.
+    Fn(fn() -> usize),
 }
 
 impl Native {
@@ -37,11 +62,27 @@ impl Native {
     /// promises, and the I/O ports that the OS or its firmware tables name
     /// (the ACPI PM timer). MMIO and hypervisor-shared memory need their own
     /// tokens ([`MmioRegion`], [`PhysMapped`](crate::paravirt::PhysMapped)).
+    ///
+    /// It also allows the legacy-device accesses of the PIT and RTC
+    /// backends, when the OS probes them (and only then):
+    /// - **PIT** ([`pit`](crate::pit)): clockhal reads port 0x61 and writes
+    ///   it back with bit 0 (channel-2 gate) set and bit 1 (speaker data)
+    ///   clear, writes control word 0xB0 (channel 2, mode 0) and count 0 to
+    ///   ports 0x43/0x42, and then writes latch commands (0x80) to 0x43 and
+    ///   reads 0x42. From then on the OS leaves channel 2 and bits 0–1 of
+    ///   port 0x61 alone. Channels 0 and 1 are never touched.
+    /// - **CMOS RTC** ([`cmos`](crate::cmos)): clockhal writes register
+    ///   indices below 0x80 (never 0x0C) to port 0x70, with bit 7 (NMI
+    ///   disable) as the OS chose, and reads port 0x71; it never writes
+    ///   CMOS data. The OS keeps other CMOS users off while clockhal reads.
+    ///
     /// In user space (hosted mode, benchmarks) the token is sound as long as
     /// only `rdtsc`, `rdtsc_ordered`, `rdtscp` and `cpuid` are used and the
     /// OS has not set CR4.TSD.
     pub unsafe fn new() -> Native {
-        let n = Native { _private: () };
+        let n = Native {
+            cpu: CpuIndex::Unknown,
+        };
         let v = n.cpuid(0, 0);
         // "AuthenticAMD" / "HygonGenuine": EBX starts "Auth" / "Hygo".
         let amd = v.ebx == u32::from_le_bytes(*b"Auth") || v.ebx == u32::from_le_bytes(*b"Hygo");
@@ -70,6 +111,26 @@ impl Native {
         unsafe { Native::new() }
     }
 
+    /// The same token for an OS that runs on one CPU (or keeps clockhal to
+    /// one): per-CPU state is updated without locks.
+    pub const fn single_cpu(self) -> Native {
+        Native {
+            cpu: CpuIndex::Single,
+        }
+    }
+
+    /// The same token with the OS's CPU index: `f` returns the index of the
+    /// CPU it runs on, `0..cpu_count`, distinct per CPU and unchanged for
+    /// the duration of a clock read (interrupts may run in between, a
+    /// migration may not). Per-CPU pvclock areas and clockhal's per-CPU read
+    /// state are indexed by it, and updated without locks. A wrong `f`
+    /// cannot cause undefined behaviour, only wrong or non-monotonic time.
+    pub const fn with_cpu_index(self, f: fn() -> usize) -> Native {
+        Native {
+            cpu: CpuIndex::Fn(f),
+        }
+    }
+
     #[inline(always)]
     fn region_ptr(region: MmioRegion, offset: usize, size: usize) -> Option<usize> {
         // A simulated region names no real memory: never dereference it.
@@ -94,10 +155,12 @@ impl Hardware for Native {
         let fence = FENCE.load(Ordering::Relaxed);
         if fence == FENCE_RDTSCP {
             // SAFETY: rdtscp touches no memory; allowed at CPL0 (and in user
-            // space), and only chosen when CPUID reports it.
+            // space), and only chosen when CPUID reports it. No `nomem`:
+            // like Linux's memory clobber, the compiler must not move loads
+            // across the ordered read (seqlock windows, the warp test).
             unsafe {
                 core::arch::asm!("rdtscp", out("eax") lo, out("edx") hi, out("ecx") _,
-                    options(nomem, nostack, preserves_flags));
+                    options(nostack, preserves_flags));
             }
         } else if fence == FENCE_MFENCE {
             // SAFETY: mfence and rdtsc touch no memory the compiler knows
@@ -196,5 +259,62 @@ impl Hardware for Native {
             // SAFETY: in bounds and aligned within a vouched-for region.
             unsafe { core::ptr::write_volatile(a as *mut u64, value) }
         }
+    }
+
+    #[inline(always)]
+    fn cpu_index(&self) -> usize {
+        match self.cpu {
+            CpuIndex::Unknown | CpuIndex::Single => 0,
+            CpuIndex::Fn(f) => f(),
+        }
+    }
+
+    #[inline(always)]
+    fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
+        match self.cpu {
+            CpuIndex::Unknown => cell.fetch_max(value, Ordering::AcqRel).max(value),
+            CpuIndex::Single | CpuIndex::Fn(_) => cpu_local_max(cell, value),
+        }
+    }
+}
+
+/// `max(*cell, value)` stored into `cell` and returned, with an unlocked
+/// `cmpxchg`: atomic with respect to interrupts and NMIs on the calling CPU
+/// (an instruction either ran or did not), not with respect to other CPUs.
+///
+/// For per-CPU data that only its own CPU writes (clockhal's per-CPU
+/// floors, through [`Hardware::fetch_max_local`]), where a locked
+/// instruction would cost four times as much for nothing. Used on a cell
+/// that another CPU writes at the same time, an update can be lost (time
+/// could then step back by the difference of the two values); that is a
+/// logic error, never undefined behaviour: each of the instruction's load
+/// and store is a single-copy-atomic aligned 8-byte access.
+#[inline(always)]
+pub fn cpu_local_max(cell: &AtomicU64, value: u64) -> u64 {
+    let mut current = cell.load(Ordering::Relaxed);
+    loop {
+        if value <= current {
+            return current;
+        }
+        let seen: u64;
+        // SAFETY: `cell.as_ptr()` is a valid, aligned `u64` for the
+        // duration of the call (it is borrowed); `cmpxchg` reads it and
+        // writes it only if it still holds `current`. Both accesses are
+        // aligned 8-byte accesses, atomic on x86_64 like the relaxed loads
+        // and stores other code makes to the cell. No other memory is
+        // touched; the flags are clobbered (no `preserves_flags`).
+        unsafe {
+            core::arch::asm!(
+                "cmpxchg qword ptr [{cell}], {new}",
+                cell = in(reg) cell.as_ptr(),
+                new = in(reg) value,
+                inout("rax") current => seen,
+                options(nostack),
+            );
+        }
+        if seen == current {
+            return value;
+        }
+        current = seen;
     }
 }

@@ -14,7 +14,7 @@ use crate::{Hardware, Msr};
 
 mod scale;
 
-use crate::sync::{const_fn, zeroed, AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8};
+use crate::sync::{array, const_fn, AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8};
 pub use scale::{
     hv_next_sequence, hv_reference_scale, hv_scale_tsc, hv_sequence_valid, hv_tsc_hz_from_scale,
     pvclock_scale_delta, pvclock_time_scale, HV_REFERENCE_HZ,
@@ -65,6 +65,7 @@ mod abi_layout {
     const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, tsc_shift), 28);
     const_assert_eq!(core::mem::offset_of!(PvclockVcpuTimeInfo, flags), 29);
     assert_eq_size!(PvclockWallClock, [u8; 12]);
+    assert_eq_size!(PvclockPage, [u8; 4096]);
     assert_eq_size!(HvReferenceTscPage, [u8; 4096]);
     const_assert_eq!(core::mem::align_of::<HvReferenceTscPage>(), 4096);
     const_assert_eq!(core::mem::offset_of!(HvReferenceTscPage, scale), 8);
@@ -101,6 +102,50 @@ impl PvclockVcpuTimeInfo {
                 flags: AtomicU8::new(0),
                 pad: [AtomicU8::new(0), AtomicU8::new(0)],
             }
+        }
+    }
+}
+
+/// One 4 KiB page of pvclock areas, one per vCPU (128): page-aligned, so a
+/// single physical frame holds them all and area `i` is at the page's
+/// physical address plus `32·i` — which a slice of a higher-half static
+/// array cannot promise when it straddles two frames. Hand it to clockhal
+/// as `PhysMapped<PvclockPage>` and take [`PhysMapped::areas`].
+#[repr(C, align(4096))]
+#[derive(Debug)]
+pub struct PvclockPage {
+    /// The areas, indexed by CPU.
+    pub areas: [PvclockVcpuTimeInfo; PvclockPage::AREAS],
+}
+
+impl PvclockPage {
+    /// Areas per page.
+    pub const AREAS: usize = 128;
+
+    const_fn! {
+        /// A zeroed page.
+        pub fn new() -> PvclockPage {
+            PvclockPage {
+                areas: array![PvclockVcpuTimeInfo::new(); PvclockPage::AREAS],
+            }
+        }
+    }
+}
+
+impl Default for PvclockPage {
+    fn default() -> Self {
+        PvclockPage::new()
+    }
+}
+
+impl PhysMapped<PvclockPage> {
+    /// The page's areas, each at its exact physical address (the page is
+    /// one frame).
+    pub fn areas(&self) -> PhysMapped<[PvclockVcpuTimeInfo]> {
+        PhysMapped {
+            virt: &self.virt.areas[..],
+            phys: self.phys,
+            simulated: self.simulated,
         }
     }
 }
@@ -202,7 +247,7 @@ impl HvReferenceTscPage {
                 reserved0: AtomicU32::new(0),
                 scale: AtomicU64::new(0),
                 offset: AtomicI64::new(0),
-                reserved: zeroed![AtomicU64; 509],
+                reserved: array![AtomicU64::new(0); 509],
             }
         }
     }

@@ -20,14 +20,15 @@ macro_rules! const_fn {
 }
 pub(crate) use const_fn;
 
-/// `[<$t>::new(0); $n]` for an atomic type, in const context where allowed.
-macro_rules! zeroed {
-    ($t:ty; $n:expr) => {{
+/// `[$e; $n]` for a non-`Copy` `$e` (atomics): `[const { $e }; $n]`
+/// normally, built element by element under loom.
+macro_rules! array {
+    ($e:expr; $n:expr) => {{
         #[cfg(not(loom))]
-        let a = [const { <$t>::new(0) }; $n];
+        let a = [const { $e }; $n];
         #[cfg(loom)]
-        let a = core::array::from_fn(|_| <$t>::new(0));
+        let a = core::array::from_fn(|_| $e);
         a
     }};
 }
-pub(crate) use zeroed;
+pub(crate) use array;

@@ -28,6 +28,7 @@
 //! The port comes from the FADT ([`clockhal_x86::acpi`]) or from an OS that
 //! parsed ACPI itself.
 #![no_std]
+#![forbid(unsafe_code)]
 
 use clockhal_core::{ClockSource, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender};
 use clockhal_x86::{cpuid, Hardware};
@@ -41,9 +42,9 @@ pub const PM_FREQUENCY: Frequency = match Frequency::from_hz(PM_TIMER_HZ) {
     Err(_) => panic!("PM timer rate out of range"),
 };
 /// Rating with single-read access ([`Quality`] band 100..=199).
-pub const FAST_QUALITY: Quality = Quality::new(150);
+pub const FAST_RATING: Quality = Quality::new(150);
 /// Rating with the triple verified read.
-pub const VERIFIED_QUALITY: Quality = Quality::new(120);
+pub const VERIFIED_RATING: Quality = Quality::new(120);
 
 /// Reads spent waiting for the counter to move at probe (it advances by
 /// 3.6 ticks per µs; one port read takes ≥ 0.5 µs).
@@ -156,6 +157,13 @@ impl<H: Hardware> AcpiPm<H> {
         Ok(pm)
     }
 
+    /// After a resume: the counter may have been reset. Restarts the
+    /// software extension at its current value (the timeline restarts; a
+    /// `Clock` on top rebases its own and keeps advancing).
+    pub fn resume(&self) {
+        self.ext.reset((self.hw.inl(self.port) & self.mask) as u64);
+    }
+
     /// The read mode the latch test chose.
     pub fn mode(&self) -> PmMode {
         self.mode
@@ -242,8 +250,8 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
 
     fn quality(&self) -> Quality {
         match self.mode {
-            PmMode::Fast => FAST_QUALITY,
-            PmMode::Verified => VERIFIED_QUALITY,
+            PmMode::Fast => FAST_RATING,
+            PmMode::Verified => VERIFIED_RATING,
         }
     }
 

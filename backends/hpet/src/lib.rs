@@ -28,6 +28,7 @@
 //! Mapping the block is the OS's job: it creates the [`MmioRegion`] (1 KiB
 //! at the base from ACPI, see [`clockhal_x86::acpi`]) uncached.
 #![no_std]
+#![forbid(unsafe_code)]
 
 use clockhal_core::{ClockSource, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender};
 use clockhal_x86::{cpuid, Hardware, MmioRegion};
@@ -54,7 +55,7 @@ const MAX_START_READS: u32 = 10_000;
 
 /// The rating (see [`Quality`]'s bands): every read traps in a VM, but the
 /// counter is exact and fine-grained.
-pub const HPET_QUALITY: Quality = Quality::new(250);
+pub const RATING: Quality = Quality::new(250);
 
 /// Why [`Hpet::probe`] refused the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +166,24 @@ impl<H: Hardware> Hpet<H> {
         })
     }
 
+    /// After a resume (S3, a restored snapshot): firmware may have halted
+    /// or reset the counter. Re-enables it and restarts the software
+    /// extension at its current value (the counter's timeline restarts; a
+    /// `Clock` on top rebases its own and keeps advancing).
+    pub fn resume(&self) {
+        let config = self.hw.mmio_read32(self.region, reg::CONFIG);
+        if config & reg::ENABLE_CNF == 0 {
+            self.hw
+                .mmio_write32(self.region, reg::CONFIG, config | reg::ENABLE_CNF);
+        }
+        let raw = if self.wide {
+            self.hw.mmio_read64(self.region, reg::MAIN_COUNTER)
+        } else {
+            self.hw.mmio_read32(self.region, reg::MAIN_COUNTER) as u64
+        };
+        self.ext.reset(raw);
+    }
+
     /// Counter period in femtoseconds, as the device reports it.
     pub fn period_fs(&self) -> u32 {
         self.period_fs
@@ -207,7 +226,7 @@ impl<H: Hardware> ClockSource for Hpet<H> {
     }
 
     fn quality(&self) -> Quality {
-        HPET_QUALITY
+        RATING
     }
 
     fn stability(&self) -> Stability {

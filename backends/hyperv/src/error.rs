@@ -17,6 +17,8 @@ pub enum HypervError {
     NoTimeSource,
     /// The OS asked for guest OS ID 0, which the TLFS reserves.
     InvalidGuestOsId,
+    /// An MSR that CPUID promises raised #GP (the partition's CPUID lied).
+    MsrFault(clockhal_x86::Msr),
     /// Only the page is offered (no TIME_REF_COUNT) and it is unusable.
     Page(PageError),
 }
@@ -31,6 +33,7 @@ impl fmt::Display for HypervError {
                 f.write_str("neither TIME_REF_COUNT nor the reference TSC page offered")
             }
             HypervError::InvalidGuestOsId => f.write_str("guest OS ID 0 is reserved"),
+            HypervError::MsrFault(m) => write!(f, "{m:?} raised #GP although CPUID offers it"),
             HypervError::Page(e) => write!(f, "reference TSC page only, and unusable: {e}"),
         }
     }
@@ -44,8 +47,13 @@ pub enum PageError {
     NotOffered,
     /// The OS passed no page.
     NoMemory,
-    /// The page's guest-physical address is not 4 KiB aligned.
-    Misaligned,
+    /// The page's guest-physical address is not 4 KiB aligned, or the page
+    /// is simulated memory offered to real hardware.
+    Refused(clockhal_x86::paravirt::RegisterError),
+    /// The guest OS ID is 0 and the OS did not let clockhal set one
+    /// ([`HypervConfig::guest_os_id`](crate::HypervConfig::guest_os_id)):
+    /// the TLFS wants it set before the page is enabled.
+    NoGuestOsId,
     /// The sequence is 0 (or the old `0xFFFFFFFF`): the host marks the page
     /// invalid (briefly around migration, or for good on some hosts).
     Invalid,
@@ -59,6 +67,9 @@ pub enum PageError {
         /// TIME_REF_COUNT reading.
         msr: u64,
     },
+    /// The page's parameters were never plausible (see
+    /// `clockhal_core::judge_update`).
+    Implausible(clockhal_core::UpdateFault),
     /// The sequence kept changing for
     /// [`MAX_READ_ATTEMPTS`](crate::MAX_READ_ATTEMPTS) samples.
     Busy,
@@ -69,13 +80,19 @@ impl fmt::Display for PageError {
         match self {
             PageError::NotOffered => f.write_str("reference TSC page not offered"),
             PageError::NoMemory => f.write_str("no page given"),
-            PageError::Misaligned => f.write_str("page not 4 KiB aligned"),
+            PageError::Refused(e) => write!(f, "page refused: {e}"),
+            PageError::NoGuestOsId => f.write_str("guest OS ID is 0 and clockhal may not set one"),
             PageError::Invalid => f.write_str("page invalid (sequence 0)"),
             PageError::ZeroScale => f.write_str("page scale is 0"),
             PageError::Disagrees { page, msr } => {
                 write!(f, "page ({page}) disagrees with TIME_REF_COUNT ({msr})")
             }
             PageError::Busy => f.write_str("page sequence kept changing"),
+            PageError::Implausible(u) => write!(f, "implausible page parameters ({u:?})"),
         }
     }
 }
+
+impl core::error::Error for HypervError {}
+
+impl core::error::Error for PageError {}

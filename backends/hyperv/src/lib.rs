@@ -7,17 +7,20 @@
 //!
 //! ```
 //! use clockhal_core::{ClockSource, Policy};
-//! use clockhal_hyperv::{Hyperv, HypervConfig};
+//! use clockhal_hyperv::{Hyperv, HypervConfig, DEFAULT_GUEST_OS_ID};
 //! use clockhal_sim::SimMachine;
 //!
 //! let m = SimMachine::hyperv();
 //! let page = m.alloc_hv_page(); // the OS's memory, 4 KiB aligned
-//! let hv = Hyperv::probe(&m, HypervConfig::new().with_tsc_page(page), &Policy::new()).unwrap();
+//! let config = HypervConfig::new()
+//!     .with_tsc_page(page)
+//!     .with_guest_os_id(DEFAULT_GUEST_OS_ID); // we may identify the guest
+//! let hv = Hyperv::probe(&m, config, &Policy::new()).unwrap();
 //! let clock = hv.page().unwrap();
 //! m.reset_traps();
-//! let a = clock.read();
+//! let a = clock.read(); // ns
 //! m.advance(1_000_000); // 1 ms
-//! assert!(clock.read() - a >= 10_000);
+//! assert!(clock.read() - a >= 1_000_000);
 //! assert_eq!(m.traps().msr_reads, 0); // no exits on the page path
 //! assert_eq!(clock.name(), "hyperv-page");
 //! assert_eq!(hv.msr().unwrap().name(), "hyperv-msr");
@@ -51,8 +54,8 @@
 //! page that jumps back by more than that is repaired the same way.
 //!
 //! ## Ratings
-//! "hyperv-page" **450** ([`PAGE_QUALITY`], no exit, migration-safe) and
-//! "hyperv-msr" **280** ([`MSR_QUALITY`], one exit per read but exact and
+//! "hyperv-page" **450** ([`PAGE_RATING`], no exit, migration-safe) and
+//! "hyperv-msr" **280** ([`MSR_RATING`], one exit per read but exact and
 //! migration-safe), in the bands of [`Quality`](clockhal_core::Quality).
 //! Neither counts while the partition is saved. The TSC backend may take the
 //! exact TSC rate from [`Hyperv::tsc_frequency`] (MSR 0x40000022).
@@ -61,6 +64,7 @@
 //! Dropping the [`Hyperv`] (or [`Hyperv::shutdown`]) disables the reference
 //! TSC page (partition-wide) so its memory can be reused.
 #![no_std]
+#![forbid(unsafe_code)]
 
 mod error;
 mod msr;
@@ -69,10 +73,10 @@ mod partition;
 mod sync;
 
 pub use error::{HypervError, PageError};
-pub use msr::{HypervMsrClock, GUARD_SLACK, MSR_QUALITY, MSR_STABILITY};
+pub use msr::{HypervMsrClock, MSR_RATING, MSR_STABILITY};
 pub use page::{
-    read_reference_page, HypervPageClock, PageStats, MAX_READ_ATTEMPTS, PAGE_QUALITY,
-    PAGE_STABILITY,
+    read_reference_page, HypervPageClock, PageMap, PageStats, MAX_READ_ATTEMPTS, PAGE_RATING,
+    PAGE_STABILITY, REVALIDATE_NS,
 };
 pub use partition::{Hyperv, HypervConfig, DEFAULT_GUEST_OS_ID, PAGE_TOLERANCE};
 

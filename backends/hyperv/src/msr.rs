@@ -1,49 +1,56 @@
 //! The partition reference counter MSR: the "hyperv-msr" clock.
 
 use crate::HV_RATE;
-use clockhal_core::MonotonicGuard;
-use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability};
+use clockhal_core::{ClockSource, Frequency, MonotonicClamp, Quality, ReadCost, Stability};
 use clockhal_x86::{Hardware, Msr};
 
 /// "hyperv-msr" rating: every read traps, but exact and migration-safe.
-pub const MSR_QUALITY: Quality = Quality::new(280);
+pub const MSR_RATING: Quality = Quality::new(280);
 
-/// What the MSR clock guarantees.
+/// What the MSR clock guarantees: one partition-wide counter, kept
+/// monotonic against a hostile one by a global clamp.
 pub const MSR_STABILITY: Stability = Stability::MONOTONIC_PER_CPU
     .union(Stability::MONOTONIC_ACROSS_CPUS)
     .union(Stability::INVARIANT_RATE)
     .union(Stability::SURVIVES_MIGRATION)
     .union(Stability::TRAPS_EVERY_READ);
 
-/// Page readings are recorded for the guard at most once per this many
-/// 100 ns units (4.1 us); also the largest forward step when a read falls
-/// back from the page to the MSR.
-pub const GUARD_SLACK: u64 = 41;
-
 /// The "hyperv-msr" clock: TIME_REF_COUNT (MSR 0x40000020), 10 MHz, one
 /// exit per read.
 ///
-/// Also the base of [`HypervPageClock`](crate::HypervPageClock): both share
-/// this clock's never-backwards guard.
+/// Also the fallback of [`HypervPageClock`](crate::HypervPageClock) while
+/// the page is invalid.
 #[derive(Debug)]
 pub struct HypervMsrClock<H: Hardware> {
     pub(crate) hw: H,
-    pub(crate) guard: MonotonicGuard,
+    clamp: MonotonicClamp,
 }
 
 impl<H: Hardware> HypervMsrClock<H> {
     pub(crate) fn new(hw: H) -> Self {
         HypervMsrClock {
             hw,
-            guard: MonotonicGuard::new(GUARD_SLACK),
+            clamp: MonotonicClamp::new(),
         }
     }
 
-    /// Reference time in 100 ns units: one MSR read, never earlier than any
-    /// value either Hyper-V clock returned before.
+    /// Reference time in 100 ns units: one MSR read, never earlier than a
+    /// value this clock returned before, on any CPU.
     #[inline]
     pub fn read_100ns(&self) -> u64 {
-        self.guard.slow(self.hw.rdmsr(Msr::HV_TIME_REF_COUNT))
+        self.clamp.clamp(self.raw_100ns())
+    }
+
+    /// TIME_REF_COUNT as the partition returns it (no clamp).
+    #[inline]
+    pub(crate) fn raw_100ns(&self) -> u64 {
+        self.hw.rdmsr(Msr::HV_TIME_REF_COUNT)
+    }
+
+    /// Forgets the clamp (after a restore that moved the partition's
+    /// reference time back).
+    pub fn reset_monotonic(&self) {
+        self.clamp.reset()
     }
 
     /// The hardware access this clock was built with.
@@ -64,7 +71,7 @@ impl<H: Hardware> ClockSource for HypervMsrClock<H> {
         HV_RATE
     }
     fn quality(&self) -> Quality {
-        MSR_QUALITY
+        MSR_RATING
     }
     fn stability(&self) -> Stability {
         MSR_STABILITY

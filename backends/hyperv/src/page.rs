@@ -1,11 +1,14 @@
 //! The reference TSC page: decoding it, and the "hyperv-page" clock.
 
 use crate::sync::{
-    fence, AtomicU64,
-    Ordering::{Acquire, Relaxed},
+    fence, AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed},
 };
-use crate::{HypervMsrClock, PageError, HV_RATE};
-use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability};
+use crate::{HypervMsrClock, PageError};
+use clockhal_core::{
+    judge_update, ClockSource, Frequency, MapSlot, MonotonicClamp, PerCpuSlots, Quality, ReadCost,
+    SlotEntry, Stability, TscMap, UpdateBounds, UpdateVerdict,
+};
 use clockhal_x86::paravirt::{
     hv_disable_reference_tsc, hv_scale_tsc, hv_sequence_valid, HvReferenceTscPage, PhysMapped,
 };
@@ -16,32 +19,55 @@ use clockhal_x86::Hardware;
 pub const MAX_READ_ATTEMPTS: u32 = 64;
 
 /// "hyperv-page" rating: no exit per read, migration-safe.
-pub const PAGE_QUALITY: Quality = Quality::new(450);
+pub const PAGE_RATING: Quality = Quality::new(450);
 
-/// What the page clock guarantees (the guard keeps it monotonic across CPUs
-/// and across page/MSR switches). It stops while the partition is saved, so
-/// not `COUNTS_WHILE_PAUSED`.
+/// What the page clock guarantees. Reference time is partition-wide and
+/// the TSCs under it are synchronised (the hypervisor's promise, which the
+/// OS's warp test can revoke: [`HypervPageClock::distrust_order`]). It
+/// stops while the partition is saved, so not `COUNTS_WHILE_PAUSED`.
 pub const PAGE_STABILITY: Stability = Stability::MONOTONIC_PER_CPU
     .union(Stability::MONOTONIC_ACROSS_CPUS)
     .union(Stability::INVARIANT_RATE)
     .union(Stability::SURVIVES_MIGRATION);
 
+/// A cached page map serves readings up to this many ns past its
+/// validation (then one sample re-validates it).
+pub const REVALIDATE_NS: u64 = 1_000_000_000;
+
+/// The page clock counts nanoseconds (the page's 100 ns units,
+/// interpolated by the TSC).
+const NS_RATE: Frequency = match Frequency::from_hz(1_000_000_000) {
+    Ok(f) => f,
+    Err(_) => panic!("1 GHz is a valid rate"),
+};
+
+/// One consistent copy of the page and a TSC value read inside its window.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    sequence: u32,
+    scale: u64,
+    offset: i64,
+    tsc: u64,
+}
+
 /// One sampling attempt of the page.
 enum Attempt {
-    /// A consistent reading, in 100 ns units.
-    Value(u64),
-    /// The page holds no usable value (sequence invalid, scale 0).
-    Unusable(PageError),
+    Value(Sample),
+    /// The page holds no usable value (sequence invalid).
+    Invalid,
     /// The sequence changed while reading: try again.
     Changed,
 }
 
 /// One seqlock attempt; `rdtsc` runs between the two sequence loads.
+/// Relaxed loads and explicit fences: the page may be mapped read-only
+/// (a user-space reader), where Rust only guarantees relaxed loads.
 #[inline(always)]
-fn try_read(page: &HvReferenceTscPage, rdtsc: &mut impl FnMut() -> u64) -> Attempt {
-    let seq = page.sequence.load(Acquire);
-    if !hv_sequence_valid(seq) {
-        return Attempt::Unusable(PageError::Invalid);
+fn try_sample(page: &HvReferenceTscPage, rdtsc: &mut impl FnMut() -> u64) -> Attempt {
+    let sequence = page.sequence.load(Relaxed);
+    fence(Acquire);
+    if !hv_sequence_valid(sequence) {
+        return Attempt::Invalid;
     }
     let scale = page.scale.load(Relaxed);
     let offset = page.offset.load(Relaxed);
@@ -50,13 +76,27 @@ fn try_read(page: &HvReferenceTscPage, rdtsc: &mut impl FnMut() -> u64) -> Attem
     // (`clockhal_loom_mutant`: removed; the loom model must then fail).
     #[cfg(not(clockhal_loom_mutant))]
     fence(Acquire);
-    if page.sequence.load(Relaxed) != seq {
+    if page.sequence.load(Relaxed) != sequence {
         return Attempt::Changed;
     }
-    if scale == 0 {
-        return Attempt::Unusable(PageError::ZeroScale);
+    Attempt::Value(Sample {
+        sequence,
+        scale,
+        offset,
+        tsc,
+    })
+}
+
+/// Bounded retry of [`try_sample`].
+fn sample(page: &HvReferenceTscPage, mut rdtsc: impl FnMut() -> u64) -> Result<Sample, PageError> {
+    for _ in 0..MAX_READ_ATTEMPTS {
+        match try_sample(page, &mut rdtsc) {
+            Attempt::Value(s) => return Ok(s),
+            Attempt::Invalid => return Err(PageError::Invalid),
+            Attempt::Changed => core::hint::spin_loop(),
+        }
     }
-    Attempt::Value(hv_scale_tsc(tsc, scale, offset))
+    Err(PageError::Busy)
 }
 
 /// Reads any reference TSC page: `((tsc * scale) >> 64) + offset` in 100 ns
@@ -78,37 +118,74 @@ fn try_read(page: &HvReferenceTscPage, rdtsc: &mut impl FnMut() -> u64) -> Attem
 /// ```
 pub fn read_reference_page(
     page: &HvReferenceTscPage,
-    mut rdtsc: impl FnMut() -> u64,
+    rdtsc: impl FnMut() -> u64,
 ) -> Result<u64, PageError> {
-    for _ in 0..MAX_READ_ATTEMPTS {
-        match try_read(page, &mut rdtsc) {
-            Attempt::Value(v) => return Ok(v),
-            Attempt::Unusable(e) => return Err(e),
-            Attempt::Changed => core::hint::spin_loop(),
-        }
+    let s = sample(page, rdtsc)?;
+    if s.scale == 0 {
+        return Err(PageError::ZeroScale);
     }
-    Err(PageError::Busy)
+    Ok(hv_scale_tsc(s.tsc, s.scale, s.offset))
 }
 
-/// Counters of page reads that did not come from the page.
+/// Counters of page reads and updates that did not go the normal way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct PageStats {
-    /// Reads served by TIME_REF_COUNT (page invalid, scale 0, or sequence
-    /// changing for [`MAX_READ_ATTEMPTS`] samples).
+    /// Reads served by TIME_REF_COUNT (page invalid, or sequence changing
+    /// for [`MAX_READ_ATTEMPTS`] samples with no earlier parameters).
     pub msr_fallbacks: u64,
     /// Reads that could use neither page nor MSR and returned the held value.
     pub held_reads: u64,
-    /// Samples retried because the sequence changed.
-    pub retries: u64,
+    /// Host updates whose parameters were implausible (scale 0, rate out of
+    /// range): reads kept using the previous ones.
+    pub rejected_updates: u64,
+    /// Host updates whose time was discontinuous beyond the bounds: their
+    /// rate was used, continuing the previous timeline.
+    pub reanchored_updates: u64,
 }
 
-/// The "hyperv-page" clock: the reference TSC page, 10 MHz.
+impl PageStats {
+    /// Events that count against the host: the watchdog demotes a source
+    /// that has them.
+    pub const fn faults(&self) -> u64 {
+        self.rejected_updates + self.reanchored_updates
+    }
+}
+
+/// A validated map of the page, for a reader that caches it (the facade's
+/// `Clock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageMap {
+    /// The page sequence the map is valid for ([`HypervPageClock::sequence`]).
+    pub sequence: u32,
+    /// TSC ticks to reference nanoseconds.
+    pub map: TscMap,
+    /// Readings are ordered across CPUs by the hypervisor.
+    pub ordered: bool,
+    /// The TSC value the page was sampled with.
+    pub tsc: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    msr_fallbacks: AtomicU64,
+    held: AtomicU64,
+    rejected: AtomicU64,
+    reanchored: AtomicU64,
+}
+
+/// The "hyperv-page" clock: Hyper-V reference time in nanoseconds, from the
+/// reference TSC page.
 ///
-/// Reads cost `rdtsc` and three loads; while the host marks the page invalid
-/// (sequence 0, e.g. around a live migration) a read takes TIME_REF_COUNT
-/// instead (one exit). Both paths share one never-backwards guard with the
-/// "hyperv-msr" clock, so switching between them never steps back.
+/// Reads cost `rdtsc`, a few loads of the calling CPU's cached map and one
+/// multiply; while the host marks the page invalid (sequence 0, e.g. around
+/// a live migration) a read takes TIME_REF_COUNT instead (one exit, counted
+/// in [`PageStats::msr_fallbacks`]). Each host update of scale or offset is
+/// judged once per CPU ([`clockhal_core::judge_update`]) before a reading
+/// uses it. Never earlier than a value returned before on the same CPU;
+/// across CPUs ordered by the hypervisor's promise (or, after
+/// [`distrust_order`](Self::distrust_order), by a global clamp).
 ///
 /// Dropping it disables the page (partition-wide).
 #[derive(Debug)]
@@ -116,78 +193,227 @@ pub struct HypervPageClock<H: Hardware> {
     pub(crate) msr: HypervMsrClock<H>,
     page: PhysMapped<HvReferenceTscPage>,
     msr_fallback: bool,
-    msr_fallbacks: AtomicU64,
-    held_reads: AtomicU64,
-    retries: AtomicU64,
+    probe_map: TscMap,
+    bounds: UpdateBounds,
+    slots: PerCpuSlots,
+    accepted: MapSlot,
+    clamp: MonotonicClamp,
+    ordered: AtomicBool,
+    epoch: AtomicU32,
+    counters: Counters,
 }
 
 impl<H: Hardware> HypervPageClock<H> {
-    /// A clock over an enabled, checked page. `msr_fallback`: whether
-    /// TIME_REF_COUNT may be read when the page is invalid.
+    /// A clock over an enabled, checked page whose first map is
+    /// `probe_map`. `msr_fallback`: whether TIME_REF_COUNT may be read when
+    /// the page is invalid.
     pub(crate) fn new(
         msr: HypervMsrClock<H>,
         page: PhysMapped<HvReferenceTscPage>,
         msr_fallback: bool,
+        probe_map: TscMap,
+        bounds: UpdateBounds,
     ) -> Self {
+        let accepted = MapSlot::new();
+        accepted.store(&SlotEntry {
+            tag: page.get().sequence.load(Relaxed),
+            epoch: 2,
+            map: probe_map,
+            limit: 0,
+        });
         HypervPageClock {
             msr,
             page,
             msr_fallback,
-            msr_fallbacks: AtomicU64::new(0),
-            held_reads: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
+            probe_map,
+            bounds,
+            slots: PerCpuSlots::new(),
+            accepted,
+            clamp: MonotonicClamp::new(),
+            ordered: AtomicBool::new(true),
+            epoch: AtomicU32::new(2),
+            counters: Counters::default(),
         }
     }
 
-    /// Reference time in 100 ns units: never earlier than any value either
-    /// Hyper-V clock returned before. Bounded.
+    /// Reference time in nanoseconds (see the type docs). Bounded.
     #[inline]
-    pub fn read_100ns(&self) -> u64 {
+    pub fn read_ns(&self) -> u64 {
+        let cpu = self.msr.hw.cpu_index();
         let page = self.page.get();
-        let hw = &self.msr.hw;
-        for _ in 0..MAX_READ_ATTEMPTS {
-            match try_read(page, &mut || hw.rdtsc_ordered()) {
-                Attempt::Value(v) => return self.msr.guard.fast(v),
-                Attempt::Unusable(_) => return self.fallback(),
-                Attempt::Changed => {
-                    self.retries.fetch_add(1, Relaxed);
-                    core::hint::spin_loop();
-                }
+        let sequence = || Some(page.sequence.load(Relaxed));
+        let epoch = self.epoch.load(Relaxed);
+        match self
+            .slots
+            .read_cached(cpu, epoch, sequence, || self.msr.hw.rdtsc_ordered())
+        {
+            Some(r) => self.floor(cpu, r.ordered, r.ns),
+            None => self.read_slow(cpu),
+        }
+    }
+
+    #[inline(always)]
+    fn floor(&self, cpu: usize, ordered: bool, ns: u64) -> u64 {
+        let v = if ordered { ns } else { self.clamp.clamp(ns) };
+        self.slots
+            .raise(cpu, v, |cell, v| self.msr.hw.fetch_max_local(cell, v))
+    }
+
+    #[cold]
+    fn read_slow(&self, cpu: usize) -> u64 {
+        match self.page_map(cpu) {
+            Ok(m) => self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
+            Err(_) if self.msr_fallback => {
+                self.counters.msr_fallbacks.fetch_add(1, Relaxed);
+                // A global counter: ordered across CPUs by the clamp.
+                self.floor(cpu, false, self.msr.raw_100ns().saturating_mul(100))
+            }
+            Err(_) => {
+                self.counters.held.fetch_add(1, Relaxed);
+                self.floor(cpu, true, self.clamp.last().max(self.slots.max_floor()))
             }
         }
-        self.fallback()
     }
 
-    /// TIME_REF_COUNT when offered (one exit), else the held value.
-    #[cold]
-    fn fallback(&self) -> u64 {
-        if self.msr_fallback {
-            self.msr_fallbacks.fetch_add(1, Relaxed);
-            self.msr.read_100ns()
-        } else {
-            self.held_reads.fetch_add(1, Relaxed);
-            self.msr.guard.hold()
+    /// The validated map of the page now, as CPU `cpu` sees it (one
+    /// seqlock sample, and a judgement of the parameters when the host
+    /// changed them since that CPU's last one), cached for the read path.
+    /// `Err` while the page is invalid, stuck mid-update or never had
+    /// plausible parameters.
+    pub fn page_map(&self, cpu: usize) -> Result<PageMap, PageError> {
+        let (slot, _) = self.slots.get(cpu);
+        let epoch = self.epoch.load(Acquire);
+        let cached = slot
+            .load()
+            .map(|(_, e)| e)
+            .filter(|e| e.epoch & !SlotEntry::ORDERED == epoch);
+        let s = sample(self.page.get(), || self.msr.hw.rdtsc_ordered())?;
+        let map = match cached {
+            Some(e) if e.tag == s.sequence => e.map,
+            _ => {
+                // Judged against this CPU's last map, else the last one any
+                // CPU accepted (the page is partition-wide).
+                let last = cached.map(|e| e.map).or_else(|| self.last_accepted());
+                let new = (s.scale != 0).then(|| TscMap::hyperv(s.scale, s.offset));
+                let v = judge_update(last.as_ref(), new, s.tsc, &self.probe_map, &self.bounds);
+                match v {
+                    UpdateVerdict::Accept(m) => {
+                        self.accept(s.sequence, m);
+                        m
+                    }
+                    UpdateVerdict::Reanchor(m, _) => {
+                        self.counters.reanchored.fetch_add(1, Relaxed);
+                        self.accept(s.sequence, m);
+                        m
+                    }
+                    // Keep reading with the previous parameters.
+                    UpdateVerdict::Reject(f) => {
+                        self.counters.rejected.fetch_add(1, Relaxed);
+                        match last {
+                            Some(m) => m,
+                            None => return Err(PageError::Implausible(f)),
+                        }
+                    }
+                }
+            }
+        };
+        let ordered = self.ordered.load(Relaxed);
+        if !ordered {
+            self.clamp.clamp(self.slots.max_floor());
+        }
+        slot.store(&SlotEntry {
+            tag: s.sequence,
+            epoch: epoch | if ordered { SlotEntry::ORDERED } else { 0 },
+            map,
+            limit: map.apply(s.tsc).saturating_add(REVALIDATE_NS),
+        });
+        Ok(PageMap {
+            sequence: s.sequence,
+            map,
+            ordered,
+            tsc: s.tsc,
+        })
+    }
+
+    /// TIME_REF_COUNT in ns, when the partition offers it: what a read
+    /// returns while the page is invalid (one exit).
+    pub fn fallback_ns(&self) -> Option<u64> {
+        self.msr_fallback
+            .then(|| self.msr.raw_100ns().saturating_mul(100))
+    }
+
+    /// The map some CPU accepted last in this epoch (none after a resume:
+    /// the restored host's first parameters are taken as they are).
+    fn last_accepted(&self) -> Option<TscMap> {
+        let epoch = self.epoch.load(Acquire);
+        match self.accepted.load() {
+            Some((seq, e)) if e.epoch == epoch && self.accepted.unchanged(seq) => Some(e.map),
+            _ => None,
         }
     }
 
-    /// Counters of reads that did not come from the page.
+    fn accept(&self, sequence: u32, map: TscMap) {
+        self.accepted.store(&SlotEntry {
+            tag: sequence,
+            epoch: self.epoch.load(Acquire),
+            map,
+            limit: 0,
+        });
+    }
+
+    /// The page's sequence now (what [`PageMap::sequence`] must equal for a
+    /// cached map to be current).
+    #[inline(always)]
+    pub fn sequence(&self) -> u32 {
+        self.page.get().sequence.load(Relaxed)
+    }
+
+    /// Stops trusting the hypervisor's cross-CPU order (the OS's warp test
+    /// found the TSCs out of step): reads go through a global clamp from
+    /// now on, starting above every value returned so far.
+    pub fn distrust_order(&self) {
+        if self.ordered.swap(false, AcqRel) {
+            self.clamp.clamp(self.slots.max_floor());
+            self.epoch.fetch_add(2, AcqRel);
+        }
+    }
+
+    /// After a restore: forgets the continuity of the parameters and every
+    /// floor (the restored partition's reference time may lie before the
+    /// old one; a `Clock` on top rebases its own timeline).
+    pub fn reset_monotonic(&self) {
+        self.epoch.fetch_add(2, AcqRel);
+        for s in self.slots.iter() {
+            s.floor().store(0, Relaxed);
+        }
+        self.clamp.reset();
+        self.msr.reset_monotonic();
+    }
+
+    /// Counters of reads and updates that did not go the normal way.
     pub fn stats(&self) -> PageStats {
+        let c = &self.counters;
         PageStats {
-            msr_fallbacks: self.msr_fallbacks.load(Relaxed),
-            held_reads: self.held_reads.load(Relaxed),
-            retries: self.retries.load(Relaxed),
+            msr_fallbacks: c.msr_fallbacks.load(Relaxed),
+            held_reads: c.held.load(Relaxed),
+            rejected_updates: c.rejected.load(Relaxed),
+            reanchored_updates: c.reanchored.load(Relaxed),
         }
-    }
-
-    /// Readings raised to keep time from going backwards, shared with the
-    /// MSR clock.
-    pub fn raised_count(&self) -> u64 {
-        self.msr.guard.raised_count()
     }
 
     /// The page's memory.
     pub fn page(&self) -> &'static HvReferenceTscPage {
         self.page.get()
+    }
+
+    /// The page with its physical address.
+    pub(crate) fn page_mapping(&self) -> PhysMapped<HvReferenceTscPage> {
+        self.page
+    }
+
+    /// The hardware access this clock was built with.
+    pub fn hardware(&self) -> &H {
+        &self.msr.hw
     }
 }
 
@@ -203,13 +429,13 @@ impl<H: Hardware> ClockSource for HypervPageClock<H> {
     }
     #[inline]
     fn read(&self) -> u64 {
-        self.read_100ns()
+        self.read_ns()
     }
     fn frequency(&self) -> Frequency {
-        HV_RATE
+        NS_RATE
     }
     fn quality(&self) -> Quality {
-        PAGE_QUALITY
+        PAGE_RATING
     }
     fn stability(&self) -> Stability {
         PAGE_STABILITY

@@ -1,13 +1,13 @@
 //! Probing a Hyper-V partition: identity, page, MSR, TSC rate.
 
 use crate::{read_reference_page, HypervError, HypervMsrClock, HypervPageClock, PageError};
-use clockhal_core::{Frequency, Policy};
+use clockhal_core::{Frequency, Policy, TscMap, UpdateBounds};
 use clockhal_x86::cpuid::{self, HypervFeatures};
 use clockhal_x86::paravirt::{
     hv_disable_reference_tsc, hv_enable_reference_tsc, hv_set_guest_os_id, HvReferenceTscPage,
     PhysMapped,
 };
-use clockhal_x86::{Hardware, Msr};
+use clockhal_x86::{rdmsr_checked, Hardware, Msr};
 
 /// How far (in 100 ns units, i.e. 1 ms) the page may disagree with
 /// TIME_REF_COUNT when it is checked after enabling.
@@ -24,8 +24,9 @@ const fn parse_u64(s: &str) -> u64 {
     v
 }
 
-/// The guest OS identity clockhal writes when the OS gives none and the MSR
-/// reads 0, in the TLFS encoding for open-source OSes:
+/// A guest OS identity an OS without its own may pass to
+/// [`HypervConfig::with_guest_os_id`], in the TLFS encoding for open-source
+/// OSes:
 ///
 /// | bits | field | value |
 /// |---|---|---|
@@ -35,8 +36,8 @@ const fn parse_u64(s: &str) -> u64 {
 /// | 47:16 | version | clockhal's version as `major << 16 \| minor << 8 \| patch` |
 /// | 15:0 | build | 0 |
 ///
-/// For clockhal 0.1.0 that is `0x8000_0000_0100_0000`. An OS with its own
-/// identity passes it in [`HypervConfig::guest_os_id`].
+/// For clockhal 0.1.0 that is `0x8000_0000_0100_0000`. clockhal writes an
+/// identity only when the OS asks it to.
 pub const DEFAULT_GUEST_OS_ID: u64 = {
     let major = parse_u64(env!("CARGO_PKG_VERSION_MAJOR"));
     let minor = parse_u64(env!("CARGO_PKG_VERSION_MINOR"));
@@ -47,21 +48,28 @@ pub const DEFAULT_GUEST_OS_ID: u64 = {
 
 /// What the OS hands to [`Hyperv::probe`].
 #[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
 pub struct HypervConfig {
     /// A 4 KiB page for the reference TSC page; `None`: MSR only.
     pub tsc_page: Option<PhysMapped<HvReferenceTscPage>>,
-    /// The guest OS identity to write if the MSR reads 0; `None`:
-    /// [`DEFAULT_GUEST_OS_ID`]. Never written over a non-zero value (the OS
-    /// or its loader already identified itself).
+    /// The guest OS identity clockhal may write if the MSR reads 0 (opt-in:
+    /// identifying the OS is the OS's decision). `None`: never write it;
+    /// with an identity of 0 the page is then not enabled
+    /// ([`PageError::NoGuestOsId`]) and only TIME_REF_COUNT is used. Never
+    /// written over a non-zero value (the OS or its loader already
+    /// identified itself).
     pub guest_os_id: Option<u64>,
+    /// What a host update of the page may do before it is not believed.
+    pub bounds: UpdateBounds,
 }
 
 impl HypervConfig {
-    /// MSR only, default identity.
+    /// MSR only, no identity written.
     pub const fn new() -> Self {
         HypervConfig {
             tsc_page: None,
             guest_os_id: None,
+            bounds: UpdateBounds::new(),
         }
     }
 
@@ -71,9 +79,16 @@ impl HypervConfig {
         self
     }
 
-    /// Sets the guest OS identity to write if the MSR reads 0.
+    /// Lets clockhal write this guest OS identity if the MSR reads 0
+    /// ([`DEFAULT_GUEST_OS_ID`] is one an OS without its own may use).
     pub const fn with_guest_os_id(mut self, id: u64) -> Self {
         self.guest_os_id = Some(id);
+        self
+    }
+
+    /// Sets the update bounds.
+    pub const fn with_bounds(mut self, bounds: UpdateBounds) -> Self {
+        self.bounds = bounds;
         self
     }
 }
@@ -99,9 +114,12 @@ pub struct Hyperv<H: Hardware> {
 }
 
 impl<H: Hardware> Hyperv<H> {
-    /// Finds Hyper-V, identifies the guest OS if nobody has, enables and
-    /// checks the reference TSC page when offered and given, and reads the
-    /// TSC frequency MSR when offered.
+    /// Finds Hyper-V, identifies the guest OS if nobody has and the OS
+    /// allowed it, enables and checks the reference TSC page when offered
+    /// and given, and reads the TSC frequency MSR when offered. Every MSR
+    /// that CPUID promises is read with [`rdmsr_checked`]: where the OS can
+    /// recover from a #GP, a partition whose CPUID lies gives
+    /// [`HypervError::MsrFault`] instead of a crash.
     ///
     /// The page is checked right after enabling: its sequence must be valid,
     /// its scale non-zero, and (with TIME_REF_COUNT) its reading within
@@ -120,30 +138,43 @@ impl<H: Hardware> Hyperv<H> {
         if !time_ref_count && !features.reference_tsc() {
             return Err(HypervError::NoTimeSource);
         }
-        let wanted_id = config.guest_os_id.unwrap_or(DEFAULT_GUEST_OS_ID);
-        if wanted_id == 0 {
+        if config.guest_os_id == Some(0) {
             return Err(HypervError::InvalidGuestOsId);
         }
+        let checked = |msr| rdmsr_checked(&hw, msr).ok_or(HypervError::MsrFault(msr));
         // "Hv#1" promises the guest OS ID MSR; the TLFS: write it if it is 0.
-        let mut guest_os_id = hw.rdmsr(Msr::HV_GUEST_OS_ID);
+        let mut guest_os_id = checked(Msr::HV_GUEST_OS_ID)?;
         if guest_os_id == 0 {
-            hv_set_guest_os_id(&hw, wanted_id);
-            guest_os_id = wanted_id;
+            if let Some(id) = config.guest_os_id {
+                hv_set_guest_os_id(&hw, id);
+                guest_os_id = id;
+            }
         }
-        let tsc_hz = features
-            .frequency_msrs()
-            .then(|| Frequency::from_hz(hw.rdmsr(Msr::HV_TSC_FREQUENCY)).ok())
-            .flatten();
+        if time_ref_count {
+            checked(Msr::HV_TIME_REF_COUNT)?;
+        }
+        let tsc_hz = if features.frequency_msrs() {
+            Frequency::from_hz(checked(Msr::HV_TSC_FREQUENCY)?).ok()
+        } else {
+            None
+        };
 
         let msr = HypervMsrClock::new(hw);
         let page = match (features.reference_tsc(), config.tsc_page) {
             (false, _) => Err(PageError::NotOffered),
             (true, None) => Err(PageError::NoMemory),
-            (true, Some(page)) => enable_page(&msr.hw, page, time_ref_count).map(|()| page),
+            (true, Some(_)) if guest_os_id == 0 => Err(PageError::NoGuestOsId),
+            (true, Some(page)) => enable_page(&msr.hw, page, time_ref_count).map(|m| (page, m)),
         };
         let (clocks, page_error) = match page {
-            Ok(page) => (
-                Clocks::Page(HypervPageClock::new(msr, page, time_ref_count)),
+            Ok((page, probe_map)) => (
+                Clocks::Page(HypervPageClock::new(
+                    msr,
+                    page,
+                    time_ref_count,
+                    probe_map,
+                    config.bounds,
+                )),
                 None,
             ),
             Err(e) if time_ref_count => (Clocks::MsrOnly(msr), Some(e)),
@@ -198,6 +229,22 @@ impl<H: Hardware> Hyperv<H> {
         self.guest_os_id
     }
 
+    /// After a restore: the host forgot the page registration. Enables the
+    /// page again (if one is in use) and forgets the continuity of its
+    /// parameters and the clocks' floors (the restored partition's
+    /// reference time may lie before the old one; a `Clock` on top rebases
+    /// its own timeline).
+    pub fn resume(&self) {
+        match &self.clocks {
+            Clocks::Page(p) => {
+                let _ =
+                    clockhal_x86::paravirt::hv_enable_reference_tsc(&p.msr.hw, p.page_mapping());
+                p.reset_monotonic();
+            }
+            Clocks::MsrOnly(m) => m.reset_monotonic(),
+        }
+    }
+
     /// Disables the page (if enabled) and drops the clocks (same as `drop`).
     pub fn shutdown(self) {
         drop(self)
@@ -205,13 +252,19 @@ impl<H: Hardware> Hyperv<H> {
 }
 
 /// Enables the page and checks it; disables it again if it is unusable.
+/// Returns the page's map at probe time (the rate later updates are judged
+/// against).
 fn enable_page<H: Hardware>(
     hw: &H,
     page: PhysMapped<HvReferenceTscPage>,
     time_ref_count: bool,
-) -> Result<(), PageError> {
-    hv_enable_reference_tsc(hw, page).map_err(|_| PageError::Misaligned)?;
-    let checked = check_page(hw, page.get(), time_ref_count);
+) -> Result<TscMap, PageError> {
+    hv_enable_reference_tsc(hw, page).map_err(PageError::Refused)?;
+    let checked = check_page(hw, page.get(), time_ref_count).map(|()| {
+        let p = page.get();
+        use core::sync::atomic::Ordering::Relaxed;
+        TscMap::hyperv(p.scale.load(Relaxed), p.offset.load(Relaxed))
+    });
     if checked.is_err() {
         hv_disable_reference_tsc(hw);
     }
@@ -228,7 +281,7 @@ fn check_page<H: Hardware>(
     if !time_ref_count {
         return Ok(());
     }
-    let msr = hw.rdmsr(Msr::HV_TIME_REF_COUNT);
+    let msr = rdmsr_checked(hw, Msr::HV_TIME_REF_COUNT).ok_or(PageError::Invalid)?;
     let after = read_reference_page(page, || hw.rdtsc_ordered())?;
     // before <= msr <= after, up to the tolerance (wrapping-safe).
     if before > msr.saturating_add(PAGE_TOLERANCE) || msr > after.saturating_add(PAGE_TOLERANCE) {

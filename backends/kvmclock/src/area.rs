@@ -78,6 +78,8 @@ impl fmt::Display for PvclockError {
     }
 }
 
+impl core::error::Error for PvclockError {}
+
 /// One consistent copy of an area and a TSC value read inside its seqlock
 /// window.
 #[derive(Clone, Copy, Debug)]
@@ -100,7 +102,10 @@ impl Sample {
         area: &PvclockVcpuTimeInfo,
         rdtsc: &mut impl FnMut() -> u64,
     ) -> Option<Sample> {
-        let version = area.version.load(Acquire);
+        // Relaxed loads and explicit fences: the area may be a read-only
+        // mapping (a vDSO page), where Rust only guarantees relaxed loads.
+        let version = area.version.load(Relaxed);
+        fence(Acquire);
         if version & 1 != 0 {
             return None;
         }

@@ -1,7 +1,11 @@
 //! The kvmclock clock source: registration, the per-vCPU read, events.
 
-use crate::{area::Sample, KvmclockError, WallClock, MAX_READ_ATTEMPTS};
-use clockhal_core::{ClockSource, Frequency, MonotonicGuard, Policy, Quality, ReadCost, Stability};
+use crate::registry::{Registry, MAX_CPUS};
+use crate::{area::Sample, KvmclockError, WallClock};
+use clockhal_core::{
+    judge_update, ClockSource, Frequency, MapSlot, MonotonicClamp, PerCpuSlots, Policy, Quality,
+    ReadCost, SlotEntry, Stability, TscMap, UpdateBounds, UpdateFault, UpdateVerdict,
+};
 use clockhal_x86::cpuid::{self, KvmFeatures};
 use clockhal_x86::paravirt::{
     kvm_register_system_time, kvm_request_wall_clock, kvm_unregister_system_time, PhysMapped,
@@ -9,16 +13,16 @@ use clockhal_x86::paravirt::{
 };
 use clockhal_x86::{Hardware, Msr};
 use core::sync::atomic::{
-    AtomicBool, AtomicU64,
-    Ordering::{AcqRel, Relaxed},
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 /// kvmclock's rating (see the crate docs for the rule).
-pub const QUALITY: Quality = Quality::new(400);
+pub const RATING: Quality = Quality::new(400);
 
 /// What kvmclock guarantees wherever it probes successfully. With a trusted
-/// stable bit the host orders readings across vCPUs; without it the
-/// built-in clamp does (see the crate docs), so both cases carry
+/// stable bit the host orders readings across vCPUs; without it the global
+/// clamp does (see the crate docs), so both cases carry
 /// `MONOTONIC_ACROSS_CPUS`.
 pub const STABILITY: Stability = Stability::MONOTONIC_PER_CPU
     .union(Stability::MONOTONIC_ACROSS_CPUS)
@@ -26,10 +30,16 @@ pub const STABILITY: Stability = Stability::MONOTONIC_PER_CPU
     .union(Stability::SURVIVES_MIGRATION)
     .union(Stability::PER_CPU_SETUP);
 
-/// Fast-path readings are recorded for the clamp at most once per this many
-/// ns; it is also the largest forward step when the stable flag drops or a
-/// read has to hold (see [`MonotonicGuard`]).
-pub const GUARD_SLACK_NS: u64 = 4_096;
+/// Two vCPUs' areas that claim the stable bit must give the same time for
+/// the same TSC value (KVM's master clock writes identical areas); one that
+/// differs by more than this many ns makes the stable bit untrusted.
+pub const STABLE_AGREEMENT_NS: u64 = 1_000;
+
+/// A cached map serves readings up to this many ns past its validation;
+/// the next reading re-validates (one seqlock sample). Bounds how long a
+/// map wrapped by a hostile TSC could be believed, at one slow read per
+/// CPU per second.
+pub const REVALIDATE_NS: u64 = 1_000_000_000;
 
 /// One rate for every kvmclock: its readings are nanoseconds.
 const NS_RATE: Frequency = match Frequency::from_hz(1_000_000_000) {
@@ -37,23 +47,33 @@ const NS_RATE: Frequency = match Frequency::from_hz(1_000_000_000) {
     Err(_) => panic!("1 GHz is a valid rate"),
 };
 
+/// Epoch bit set in a slot entry whose readings are ordered across CPUs by
+/// the host (trusted stable bit).
+const ORDERED: u32 = SlotEntry::ORDERED;
+
 /// What the OS hands to [`Kvmclock::probe`].
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct KvmclockConfig {
-    /// One area per CPU, indexed by `Hardware::cpu_index()` (contiguous,
-    /// 32-byte aligned guest-physical memory).
+    /// One area per CPU, indexed by `Hardware::cpu_index()` (physically
+    /// contiguous, 32-byte aligned guest memory; a
+    /// [`PvclockPage`](clockhal_x86::paravirt::PvclockPage) guarantees
+    /// both).
     pub areas: PhysMapped<[PvclockVcpuTimeInfo]>,
     /// Where KVM may write the wall clock ([`Kvmclock::wall_clock`]);
     /// `None`: no wall clock.
     pub wall_clock: Option<PhysMapped<PvclockWallClock>>,
+    /// What a parameter update may do before it is not believed.
+    pub bounds: UpdateBounds,
 }
 
 impl KvmclockConfig {
-    /// Areas only, no wall clock.
+    /// Areas only, no wall clock, default bounds.
     pub const fn new(areas: PhysMapped<[PvclockVcpuTimeInfo]>) -> Self {
         KvmclockConfig {
             areas,
             wall_clock: None,
+            bounds: UpdateBounds::new(),
         }
     }
 
@@ -62,24 +82,68 @@ impl KvmclockConfig {
         self.wall_clock = Some(wall);
         self
     }
+
+    /// Sets the update bounds.
+    pub const fn with_bounds(mut self, bounds: UpdateBounds) -> Self {
+        self.bounds = bounds;
+        self
+    }
 }
 
 /// Counters an OS can poll to see reads that did not go the normal way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub struct KvmclockStats {
     /// Reads that gave up on a version that stayed odd or kept changing for
-    /// [`MAX_READ_ATTEMPTS`] samples, and returned the held value.
+    /// [`MAX_READ_ATTEMPTS`](crate::MAX_READ_ATTEMPTS) samples and had no
+    /// earlier parameters to use: they returned the held value.
     pub busy_reads: u64,
-    /// Reads that found no usable area on their CPU (not registered, index
-    /// out of range, multiplier 0, shift out of range) and returned the held
-    /// value.
-    pub invalid_reads: u64,
-    /// Samples retried (odd or changed version, or the reader moved to
-    /// another CPU mid-read).
-    pub retries: u64,
-    /// Readings raised to keep time from going backwards (clamped or held).
-    pub raised: u64,
+    /// Reads on a CPU index that has no area or did not register it: they
+    /// returned the held value.
+    pub unregistered_reads: u64,
+    /// Host updates whose parameters were implausible (no map, rate out of
+    /// range): reads kept using the previous parameters.
+    pub rejected_updates: u64,
+    /// Host updates whose time was discontinuous beyond the bounds: their
+    /// rate was used, continuing the previous timeline.
+    pub reanchored_updates: u64,
+    /// Times the stable bit stopped being trusted (areas that disagree).
+    pub stable_revocations: u64,
+}
+
+impl KvmclockStats {
+    /// Events that count against the host (rejected or reanchored updates,
+    /// revoked stable bits): the watchdog demotes a source that has them.
+    pub const fn faults(&self) -> u64 {
+        self.rejected_updates + self.reanchored_updates + self.stable_revocations
+    }
+}
+
+/// Why a read could not use the area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ReadMiss {
+    /// No area for this CPU index, or it was never registered on it.
+    Unregistered,
+    /// The version stayed odd or kept changing.
+    Busy,
+    /// The host's parameters were never plausible.
+    Rejected(UpdateFault),
+}
+
+/// A validated map of one CPU's area, for a reader that caches it (the
+/// facade's `Clock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AreaMap {
+    /// The area version the map is valid for ([`Kvmclock::area_version`]).
+    pub version: u32,
+    /// TSC ticks to kvmclock nanoseconds.
+    pub map: TscMap,
+    /// The host orders readings across CPUs (a trusted stable bit).
+    pub ordered: bool,
+    /// The TSC value the area was sampled with.
+    pub tsc: u64,
 }
 
 /// Which MSR pair the host offers.
@@ -89,12 +153,21 @@ struct Msrs {
     wall_clock: Msr,
 }
 
+#[derive(Debug, Default)]
+struct Counters {
+    busy: AtomicU64,
+    unregistered: AtomicU64,
+    rejected: AtomicU64,
+    reanchored: AtomicU64,
+    revoked: AtomicU64,
+}
+
 /// kvmclock on one guest: probe once, register each AP, read anywhere.
 ///
 /// Reads are nanoseconds of host time (1 GHz ticks), from the calling CPU's
-/// own area: the reader samples `area[cpu_index()]`, reads the TSC inside
-/// the seqlock window and re-checks the CPU index, so a migration mid-read
-/// retries.
+/// own area, with the TSC read inside the area's seqlock window. Each CPU
+/// keeps the map its area's parameters define, validated once per host
+/// update ([`clockhal_core::judge_update`]), in its own cache line.
 ///
 /// Dropping it (or [`shutdown`](Self::shutdown)) unregisters the *calling*
 /// CPU only; see the crate docs for the SMP rule.
@@ -105,28 +178,31 @@ pub struct Kvmclock<H: Hardware> {
     wall: Option<PhysMapped<PvclockWallClock>>,
     msrs: Msrs,
     stable_permitted: bool,
+    stable_trusted: AtomicBool,
     boot_cpu: usize,
-    guard: MonotonicGuard,
+    probe_map: TscMap,
+    bounds: UpdateBounds,
+    registry: Registry,
+    slots: PerCpuSlots,
+    /// The last parameters any CPU accepted (a CPU's first update is
+    /// judged against them).
+    accepted: MapSlot,
+    /// Readings of CPUs whose host does not order them (no trusted stable
+    /// bit) go through this global clamp.
+    clamp: MonotonicClamp,
+    /// Even; cached entries of another epoch are stale.
+    epoch: AtomicU32,
     guest_stopped: AtomicBool,
-    busy_reads: AtomicU64,
-    invalid_reads: AtomicU64,
-    retries: AtomicU64,
-}
-
-/// Why a read found no fresh value.
-#[derive(Clone, Copy)]
-enum Miss {
-    Busy,
-    Invalid,
+    counters: Counters,
 }
 
 impl<H: Hardware> Kvmclock<H> {
     /// Finds KVM, picks its MSRs, registers the calling CPU's area and
-    /// checks that the host filled it.
+    /// checks that the host filled it plausibly.
     ///
     /// `policy` does not change kvmclock's rating (the TSC backend decides
-    /// whether it may outrank kvmclock); it is taken for uniformity with the
-    /// other backends.
+    /// whether it may outrank kvmclock); it is taken so every backend's
+    /// probe has the same shape.
     pub fn probe(hw: H, config: KvmclockConfig, policy: &Policy) -> Result<Self, KvmclockError> {
         let _ = policy;
         if !cpuid::hypervisor_present(&hw) {
@@ -153,116 +229,332 @@ impl<H: Hardware> Kvmclock<H> {
         if config.wall_clock.is_some_and(|w| w.phys() % 4 != 0) {
             return Err(KvmclockError::WallClockMisaligned);
         }
-        register(&hw, config.areas, msrs.system_time)?;
+        let cpu = hw.cpu_index();
+        let apic = cpuid::apic_id(&hw);
+        let registry = Registry::new();
+        let first = register(&hw, config.areas, msrs.system_time, cpu)?;
+        // A fresh registry: the claim cannot fail.
+        let _ = registry.claim(cpu, apic);
+        let probe_map = TscMap::pvclock(
+            first.mul,
+            first.shift,
+            first.tsc_timestamp,
+            first.system_time,
+        )
+        .ok_or(KvmclockError::NotWritten)?;
+        let stable_permitted = features.contains(KvmFeatures::CLOCKSOURCE_STABLE_BIT);
+        let accepted = MapSlot::new();
+        accepted.store(&SlotEntry {
+            tag: first.version,
+            epoch: 2,
+            map: probe_map,
+            limit: 0,
+        });
         Ok(Kvmclock {
-            boot_cpu: hw.cpu_index(),
+            boot_cpu: cpu,
             hw,
             areas: config.areas,
             wall: config.wall_clock,
             msrs,
-            stable_permitted: features.contains(KvmFeatures::CLOCKSOURCE_STABLE_BIT),
-            guard: MonotonicGuard::new(GUARD_SLACK_NS),
+            stable_permitted,
+            stable_trusted: AtomicBool::new(stable_permitted),
+            probe_map,
+            bounds: config.bounds,
+            registry,
+            slots: PerCpuSlots::new(),
+            accepted,
+            clamp: MonotonicClamp::new(),
+            epoch: AtomicU32::new(2),
             guest_stopped: AtomicBool::new(false),
-            busy_reads: AtomicU64::new(0),
-            invalid_reads: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
+            counters: Counters::default(),
         })
     }
 
     /// Registers the calling CPU's area (call once on every AP before it
     /// reads) and checks that the host filled it; on error nothing stays
-    /// registered for this CPU.
+    /// registered for this CPU. A second CPU registering an index another
+    /// CPU holds (an SMP kernel whose `cpu_index()` is the same everywhere)
+    /// is refused with [`KvmclockError::IndexTaken`]. While the stable bit
+    /// is trusted, the new area must agree with the boot CPU's
+    /// ([`STABLE_AGREEMENT_NS`]), else the stable bit stops being trusted.
     pub fn register_this_cpu(&self) -> Result<(), KvmclockError> {
-        register(&self.hw, self.areas, self.msrs.system_time)
+        let cpu = self.hw.cpu_index();
+        let apic = cpuid::apic_id(&self.hw);
+        if cpu >= MAX_CPUS {
+            return Err(KvmclockError::CpuIndexOutOfRange {
+                cpu,
+                areas: self.areas.len().min(MAX_CPUS),
+            });
+        }
+        if let Err(holder) = self.registry.claim(cpu, apic) {
+            return Err(KvmclockError::IndexTaken {
+                cpu,
+                holder_apic: holder,
+                this_apic: apic,
+            });
+        }
+        if let Err(e) = register(&self.hw, self.areas, self.msrs.system_time, cpu) {
+            self.registry.release(cpu, apic);
+            return Err(e);
+        }
+        self.slots.get(cpu).0.invalidate();
+        self.check_stable_agreement();
+        Ok(())
     }
 
-    /// Stops the host from writing the calling CPU's area (writes 0 to the
-    /// system-time MSR). Every AP that registered must call this before the
-    /// areas' memory is reused; reads on this CPU then return held values.
+    /// Stops the host from updating the calling CPU's area (call on each AP
+    /// before the memory is reused). Later reads on this CPU return the held
+    /// value (and count as unregistered) until it registers again.
     pub fn unregister_this_cpu(&self) {
-        // Only fails for a wrong MSR, and `msrs` holds a system-time MSR.
-        let _ = kvm_unregister_system_time(&self.hw, self.msrs.system_time);
+        let cpu = self.hw.cpu_index();
+        if self.registry.release(cpu, cpuid::apic_id(&self.hw)) {
+            // `WrongMsr` cannot happen: `msrs.system_time` is a system-time MSR.
+            let _ = kvm_unregister_system_time(&self.hw, self.msrs.system_time);
+        }
+        self.slots.get(cpu).0.invalidate();
     }
 
-    /// Unregisters the calling CPU and drops the clock (same as `drop`).
+    /// Unregisters the calling CPU's area and drops the clock (same as
+    /// `drop`). Other CPUs must have called
+    /// [`unregister_this_cpu`](Self::unregister_this_cpu) themselves.
     pub fn shutdown(self) {
         drop(self)
     }
 
-    /// Nanoseconds of host time: never earlier than any value returned
-    /// before, on any CPU. Bounded: at most [`MAX_READ_ATTEMPTS`] samples;
-    /// when none is usable the read returns the held value (see the crate
-    /// docs) and counts it in [`stats`](Self::stats).
+    /// After the guest was restored (resume from a snapshot, S3): the new
+    /// host knows no registration. Re-registers the calling CPU's area (each
+    /// AP calls this too) and forgets the continuity of the parameters and
+    /// this CPU's floor, so the restored host's timeline — which may lie
+    /// before the old one — is taken as it is. A `Clock` on top rebases
+    /// its own timeline and keeps advancing.
+    pub fn resume_this_cpu(&self) -> Result<(), KvmclockError> {
+        let cpu = self.hw.cpu_index();
+        let apic = cpuid::apic_id(&self.hw);
+        self.registry.release(cpu, apic);
+        let (slot, _) = self.slots.get(cpu);
+        slot.invalidate();
+        slot.floor().store(0, Release);
+        if cpu == self.boot_cpu {
+            self.clamp.reset();
+            self.epoch.fetch_add(2, AcqRel);
+        }
+        self.register_this_cpu()
+    }
+
+    /// Nanoseconds of host time: never earlier than a value returned before
+    /// on this CPU; across CPUs, ordered by the host while its stable bit is
+    /// trusted, else by a global clamp (see the crate docs). Bounded; when
+    /// no valid parameters are available the read returns the held value
+    /// and counts it in [`stats`](Self::stats).
     #[inline]
     pub fn read_ns(&self) -> u64 {
-        match self.sample() {
-            Ok((cpu, s)) => {
-                if s.flags & PVCLOCK_GUEST_STOPPED != 0 {
-                    self.acknowledge_guest_stopped(cpu);
-                }
-                if self.trusted(&s) {
-                    match self.guard.try_fast(s.ns()) {
-                        Some(v) => v,
-                        None => self.read_again(),
+        let cpu = self.hw.cpu_index();
+        let area = self.areas.get().get(cpu);
+        let epoch = self.epoch.load(Relaxed);
+        // The version, and that the reader still runs on `cpu` (a kernel
+        // that migrates threads mid-read gets a retry on the new CPU).
+        let version = || {
+            let v = area.map(|a| a.version.load(Relaxed));
+            if self.hw.cpu_index() == cpu {
+                v
+            } else {
+                None
+            }
+        };
+        match self
+            .slots
+            .read_cached(cpu, epoch, version, || self.hw.rdtsc_ordered())
+        {
+            Some(r) => self.floor(cpu, r.ordered, r.ns),
+            None => self.read_slow(cpu),
+        }
+    }
+
+    /// Raises the value to the floors that apply to it.
+    #[inline(always)]
+    fn floor(&self, cpu: usize, ordered: bool, ns: u64) -> u64 {
+        let v = if ordered { ns } else { self.clamp.clamp(ns) };
+        self.slots
+            .raise(cpu, v, |cell, v| self.hw.fetch_max_local(cell, v))
+    }
+
+    #[cold]
+    fn read_slow(&self, cpu: usize) -> u64 {
+        match self.area_map(cpu) {
+            Ok(m) => self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
+            // Nothing fresh: not earlier than anything any CPU returned.
+            Err(_) => self.floor(cpu, true, self.clamp.last().max(self.slots.max_floor())),
+        }
+    }
+
+    /// The validated map of `cpu`'s area now (one seqlock sample, and a
+    /// judgement of the parameters when the host changed them since the
+    /// last one), cached for the read path.
+    pub fn area_map(&self, cpu: usize) -> Result<AreaMap, ReadMiss> {
+        let miss = |c: &AtomicU64, m: ReadMiss| {
+            c.fetch_add(1, Relaxed);
+            Err(m)
+        };
+        let Some(area) = self.areas.get().get(cpu) else {
+            return miss(&self.counters.unregistered, ReadMiss::Unregistered);
+        };
+        if !self.registry.is_registered(cpu) {
+            return miss(&self.counters.unregistered, ReadMiss::Unregistered);
+        }
+        let (slot, _) = self.slots.get(cpu);
+        let epoch = self.epoch.load(Acquire);
+        let cached = slot
+            .load()
+            .map(|(_, e)| e)
+            .filter(|e| e.epoch & !ORDERED == epoch);
+        let s = match Sample::take(area, || self.hw.rdtsc_ordered()) {
+            Ok(s) => s,
+            Err(_) => {
+                // The host is mid-update for too long: the last validated
+                // parameters are as good as they were a moment ago.
+                self.counters.busy.fetch_add(1, Relaxed);
+                let Some(e) = cached else {
+                    return Err(ReadMiss::Busy);
+                };
+                let tsc = self.hw.rdtsc_ordered();
+                return Ok(AreaMap {
+                    version: e.tag,
+                    map: e.map,
+                    ordered: e.epoch & ORDERED != 0,
+                    tsc,
+                });
+            }
+        };
+        if s.flags & PVCLOCK_GUEST_STOPPED != 0 {
+            self.acknowledge_guest_stopped(cpu);
+        }
+        let map = match cached {
+            Some(e) if e.tag == s.version => e.map,
+            _ => {
+                // Judged against this CPU's last map, else the last one any
+                // CPU accepted: a CPU's first update is no blank cheque.
+                let last = cached.map(|e| e.map).or_else(|| self.last_accepted());
+                let new = TscMap::pvclock(s.mul, s.shift, s.tsc_timestamp, s.system_time);
+                let v = judge_update(last.as_ref(), new, s.tsc, &self.probe_map, &self.bounds);
+                match v {
+                    UpdateVerdict::Accept(m) => {
+                        self.accept(s.version, m);
+                        m
                     }
-                } else {
-                    self.guard.slow(s.ns())
+                    UpdateVerdict::Reanchor(m, _) => {
+                        self.counters.reanchored.fetch_add(1, Relaxed);
+                        self.accept(s.version, m);
+                        m
+                    }
+                    UpdateVerdict::Reject(f) => {
+                        self.counters.rejected.fetch_add(1, Relaxed);
+                        match last {
+                            Some(m) => m,
+                            None => return Err(ReadMiss::Rejected(f)),
+                        }
+                    }
                 }
             }
-            Err(miss) => self.hold(miss),
+        };
+        let ordered = self.stable_permitted
+            && s.flags & PVCLOCK_TSC_STABLE_BIT != 0
+            && self.stable_trusted.load(Relaxed);
+        if !ordered {
+            // Readings leave the host's order for the clamp's: it starts
+            // above everything any CPU returned in order.
+            self.clamp.clamp(self.slots.max_floor());
+        }
+        let now = map.apply(s.tsc);
+        slot.store(&SlotEntry {
+            tag: s.version,
+            epoch: epoch | if ordered { ORDERED } else { 0 },
+            map,
+            limit: now.saturating_add(REVALIDATE_NS),
+        });
+        Ok(AreaMap {
+            version: s.version,
+            map,
+            ordered,
+            tsc: s.tsc,
+        })
+    }
+
+    /// The map some CPU accepted last in this epoch (none after a resume:
+    /// the restored host's first parameters are taken as they are).
+    fn last_accepted(&self) -> Option<TscMap> {
+        let epoch = self.epoch.load(Acquire);
+        match self.accepted.load() {
+            Some((seq, e)) if e.epoch == epoch && self.accepted.unchanged(seq) => Some(e.map),
+            _ => None,
         }
     }
 
-    /// Whether the sample's stable flag may be believed.
-    #[inline(always)]
-    fn trusted(&self, s: &Sample) -> bool {
-        self.stable_permitted && s.flags & PVCLOCK_TSC_STABLE_BIT != 0
+    fn accept(&self, version: u32, map: TscMap) {
+        self.accepted.store(&SlotEntry {
+            tag: version,
+            epoch: self.epoch.load(Acquire),
+            map,
+            limit: 0,
+        });
     }
 
-    /// A trusted reading fell behind the guard (the reader was held up
-    /// after taking its TSC, or the host stepped back): one fresh sample,
-    /// which the guard then accepts or repairs.
-    #[cold]
-    fn read_again(&self) -> u64 {
-        match self.sample() {
-            Ok((_, s)) if self.trusted(&s) => self.guard.fast(s.ns()),
-            Ok((_, s)) => self.guard.slow(s.ns()),
-            Err(miss) => self.hold(miss),
+    /// `cpu`'s area version now (what [`AreaMap::version`] must equal for
+    /// a cached map to be current), or `None` without an area.
+    #[inline(always)]
+    pub fn area_version(&self, cpu: usize) -> Option<u32> {
+        self.areas.get().get(cpu).map(|a| a.version.load(Relaxed))
+    }
+
+    /// Compares every registered area with the boot CPU's at the same TSC
+    /// value; while the stable bit is trusted, one that disagrees by more
+    /// than [`STABLE_AGREEMENT_NS`] revokes the trust (from then on every
+    /// read goes through the clamp). Returns whether the bit is still
+    /// trusted. Bounded: one seqlock sample per registered area.
+    pub fn check_stable_agreement(&self) -> bool {
+        if !self.stable_trusted.load(Acquire) {
+            return false;
         }
-    }
-
-    /// A consistent sample of the calling CPU's area with a TSC value read
-    /// on that same CPU.
-    #[inline(always)]
-    fn sample(&self) -> Result<(usize, Sample), Miss> {
-        let areas = self.areas.get();
-        for _ in 0..MAX_READ_ATTEMPTS {
-            let cpu = self.hw.cpu_index();
-            let Some(area) = areas.get(cpu) else {
-                return Err(Miss::Invalid);
+        let Some(boot) = self.areas.get().get(self.boot_cpu) else {
+            return true;
+        };
+        let rdtsc = || self.hw.rdtsc_ordered();
+        let Ok(b) = Sample::take(boot, rdtsc) else {
+            return true;
+        };
+        let Some(bmap) = TscMap::pvclock(b.mul, b.shift, b.tsc_timestamp, b.system_time) else {
+            return true;
+        };
+        for cpu in self.registry.registered().filter(|&c| c != self.boot_cpu) {
+            let Some(area) = self.areas.get().get(cpu) else {
+                continue;
             };
-            if let Some(s) = Sample::try_take(area, &mut || self.hw.rdtsc_ordered()) {
-                if self.hw.cpu_index() == cpu {
-                    return match s.check() {
-                        Ok(()) => Ok((cpu, s)),
-                        Err(_) => Err(Miss::Invalid),
-                    };
-                }
+            let Ok(s) = Sample::take(area, rdtsc) else {
+                continue;
+            };
+            if s.flags & PVCLOCK_TSC_STABLE_BIT == 0 {
+                continue;
             }
-            self.retries.fetch_add(1, Relaxed);
-            core::hint::spin_loop();
+            let Some(m) = TscMap::pvclock(s.mul, s.shift, s.tsc_timestamp, s.system_time) else {
+                continue;
+            };
+            if m.apply(s.tsc).abs_diff(bmap.apply(s.tsc)) > STABLE_AGREEMENT_NS {
+                self.distrust_stable();
+                return false;
+            }
         }
-        Err(Miss::Busy)
+        true
     }
 
-    #[cold]
-    fn hold(&self, miss: Miss) -> u64 {
-        match miss {
-            Miss::Busy => &self.busy_reads,
-            Miss::Invalid => &self.invalid_reads,
+    /// Stops trusting the host's stable bit (e.g. the OS's warp test found
+    /// the TSCs out of step, or the areas disagree): every read goes through
+    /// the global clamp from now on, starting above every value any CPU
+    /// returned so far.
+    pub fn distrust_stable(&self) {
+        if self.stable_trusted.swap(false, AcqRel) {
+            self.counters.revoked.fetch_add(1, Relaxed);
+            self.clamp.clamp(self.slots.max_floor());
+            self.epoch.fetch_add(2, AcqRel);
         }
-        .fetch_add(1, Relaxed);
-        self.guard.hold()
     }
 
     /// Clears `GUEST_STOPPED` in `cpu`'s area, as Linux does, and latches it
@@ -286,16 +578,17 @@ impl<H: Hardware> Kvmclock<H> {
     /// soft-lockup watchdogs). The event is latched, never lost: it stays
     /// pending until taken.
     pub fn take_guest_stopped(&self) -> bool {
-        let here = self.acknowledge_guest_stopped(self.hw.cpu_index());
+        let cpu = self.hw.cpu_index();
+        let here = self.registry.is_registered(cpu) && self.acknowledge_guest_stopped(cpu);
         self.guest_stopped.swap(false, Relaxed) || here
     }
 
     /// Whether the calling CPU's area is *trusted* stable right now: the host
-    /// sets `PVCLOCK_TSC_STABLE_BIT` and KVM's CPUID grants
-    /// `CLOCKSOURCE_STABLE_BIT`. Re-checked on every read; when false, reads
-    /// go through the clamp.
+    /// sets `PVCLOCK_TSC_STABLE_BIT`, KVM's CPUID grants
+    /// `CLOCKSOURCE_STABLE_BIT`, and the trust was not revoked
+    /// ([`check_stable_agreement`](Self::check_stable_agreement)).
     pub fn stable(&self) -> bool {
-        self.stable_permitted
+        self.stable_trusted.load(Relaxed)
             && self
                 .areas
                 .get()
@@ -305,8 +598,7 @@ impl<H: Hardware> Kvmclock<H> {
 
     /// The exact TSC rate the probing CPU's area implies
     /// (`10^9 * 2^32 / (mul * 2^shift)` Hz), for the TSC backend. `None` if
-    /// that area is now unreadable or implausible (multiplier 0, shift out of
-    /// range, version stuck).
+    /// that area is now unreadable or implausible.
     pub fn tsc_frequency(&self) -> Option<Frequency> {
         let area = self.areas.get().get(self.boot_cpu)?;
         crate::area_tsc_frequency(area).ok()
@@ -321,22 +613,22 @@ impl<H: Hardware> Kvmclock<H> {
         WallClock::read(wall.get())
     }
 
-    /// Counters of reads that did not go the normal way.
+    /// Counters of reads and updates that did not go the normal way.
     pub fn stats(&self) -> KvmclockStats {
+        let c = &self.counters;
         KvmclockStats {
-            busy_reads: self.busy_reads.load(Relaxed),
-            invalid_reads: self.invalid_reads.load(Relaxed),
-            retries: self.retries.load(Relaxed),
-            raised: self.guard.raised_count(),
+            busy_reads: c.busy.load(Relaxed),
+            unregistered_reads: c.unregistered.load(Relaxed),
+            rejected_updates: c.rejected.load(Relaxed),
+            reanchored_updates: c.reanchored.load(Relaxed),
+            stable_revocations: c.revoked.load(Relaxed),
         }
     }
 
-    /// Forgets the never-backwards floor. Only for a timeline that
-    /// legitimately restarted (e.g. the host restored a saved guest whose
-    /// clock went back, like Linux's `pvclock_resume`); otherwise readings
-    /// could step back.
-    pub fn reset_monotonic(&self) {
-        self.guard.reset()
+    /// The CPU index kvmclock was probed on (its area's rate is the TSC
+    /// rate hint).
+    pub fn boot_cpu(&self) -> usize {
+        self.boot_cpu
     }
 
     /// The hardware access this clock was built with.
@@ -345,25 +637,26 @@ impl<H: Hardware> Kvmclock<H> {
     }
 }
 
-/// Registers the calling CPU's area with `msr` and checks the host's first
-/// write; unregisters again if the area is unusable.
+/// Registers `cpu`'s area with `msr` and checks the host's first write;
+/// unregisters again if the area is unusable. Returns that first sample.
 fn register<H: Hardware>(
     hw: &H,
     areas: PhysMapped<[PvclockVcpuTimeInfo]>,
     msr: Msr,
-) -> Result<(), KvmclockError> {
-    let cpu = hw.cpu_index();
-    let area = areas
-        .element(cpu)
-        .ok_or(KvmclockError::CpuIndexOutOfRange {
-            cpu,
-            areas: areas.len(),
-        })?;
-    // `WrongMsr` cannot happen: `msr` is always a system-time MSR.
-    kvm_register_system_time(hw, msr, area).map_err(|_| KvmclockError::Misaligned)?;
+    cpu: usize,
+) -> Result<Sample, KvmclockError> {
+    let area =
+        areas
+            .element(cpu)
+            .filter(|_| cpu < MAX_CPUS)
+            .ok_or(KvmclockError::CpuIndexOutOfRange {
+                cpu,
+                areas: areas.len().min(MAX_CPUS),
+            })?;
+    kvm_register_system_time(hw, msr, area).map_err(KvmclockError::Register)?;
     let checked = Sample::take(area.get(), || hw.rdtsc_ordered())
-        .and_then(|s| s.tsc_frequency().map(|_| ()))
-        .map_err(KvmclockError::from);
+        .map_err(KvmclockError::from)
+        .and_then(|s| s.tsc_frequency().map(|_| s).map_err(KvmclockError::from));
     if checked.is_err() {
         let _ = kvm_unregister_system_time(hw, msr);
     }
@@ -372,7 +665,11 @@ fn register<H: Hardware>(
 
 impl<H: Hardware> Drop for Kvmclock<H> {
     fn drop(&mut self) {
-        self.unregister_this_cpu();
+        let cpu = self.hw.cpu_index();
+        let apic = cpuid::apic_id(&self.hw);
+        if self.registry.release(cpu, apic) {
+            let _ = kvm_unregister_system_time(&self.hw, self.msrs.system_time);
+        }
     }
 }
 
@@ -388,7 +685,7 @@ impl<H: Hardware> ClockSource for Kvmclock<H> {
         NS_RATE
     }
     fn quality(&self) -> Quality {
-        QUALITY
+        RATING
     }
     fn stability(&self) -> Stability {
         STABILITY

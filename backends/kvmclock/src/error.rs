@@ -24,9 +24,21 @@ pub enum KvmclockError {
         /// Number of areas the OS passed.
         areas: usize,
     },
-    /// An area's guest-physical address is not 32-byte aligned (the ABI
-    /// needs 4; 32 keeps every area inside one page).
-    Misaligned,
+    /// Another CPU (APIC ID `holder_apic`) already registered the area of
+    /// this CPU index: the OS's `cpu_index()` is not distinct per CPU (an
+    /// SMP kernel with the default index 0 everywhere).
+    IndexTaken {
+        /// The index both CPUs report.
+        cpu: usize,
+        /// APIC ID of the CPU that holds it.
+        holder_apic: u32,
+        /// APIC ID of the CPU that asked.
+        this_apic: u32,
+    },
+    /// The registration was refused before any MSR was written (an area
+    /// not 32-byte aligned — the ABI needs 4, 32 keeps every area inside one
+    /// page — or simulated memory on real hardware).
+    Register(clockhal_x86::paravirt::RegisterError),
     /// The wall-clock structure's guest-physical address is not 4-byte aligned.
     WallClockMisaligned,
     /// After registration the area's multiplier is still 0.
@@ -64,7 +76,15 @@ impl fmt::Display for KvmclockError {
             KvmclockError::CpuIndexOutOfRange { cpu, areas } => {
                 write!(f, "CPU index {cpu} has no pvclock area ({areas} given)")
             }
-            KvmclockError::Misaligned => f.write_str("pvclock area not 32-byte aligned"),
+            KvmclockError::IndexTaken {
+                cpu,
+                holder_apic,
+                this_apic,
+            } => write!(
+                f,
+                "CPU index {cpu} already registered by APIC {holder_apic} (this is APIC {this_apic}): cpu_index() must differ per CPU"
+            ),
+            KvmclockError::Register(e) => write!(f, "pvclock area refused: {e}"),
             KvmclockError::WallClockMisaligned => {
                 f.write_str("pvclock wall clock not 4-byte aligned")
             }
@@ -75,3 +95,5 @@ impl fmt::Display for KvmclockError {
         }
     }
 }
+
+impl core::error::Error for KvmclockError {}

@@ -77,7 +77,7 @@
 //! jump is legitimate.
 //!
 //! ## Rating
-//! kvmclock is rated **400** ([`QUALITY`]): no exit per read and
+//! kvmclock is rated **400** ([`RATING`]): no exit per read and
 //! migration-safe, the 400..=499 band of
 //! [`Quality`](clockhal_core::Quality). The rating does not change with the
 //! stable bit: without it the clamp keeps readings monotonic across CPUs, at
@@ -92,14 +92,20 @@
 //! [`read_area`] decodes any area read-only (no MSR, no write): e.g. the
 //! page a Linux KVM guest maps into its vDSO.
 #![no_std]
+#![forbid(unsafe_code)]
 
 mod area;
 mod clock;
 mod error;
+mod registry;
 mod sync;
 mod wall;
 
 pub use area::{area_tsc_frequency, read_area, PvclockError, PvclockTime, MAX_READ_ATTEMPTS};
-pub use clock::{Kvmclock, KvmclockConfig, KvmclockStats, GUARD_SLACK_NS, QUALITY, STABILITY};
+pub use clock::{
+    AreaMap, Kvmclock, KvmclockConfig, KvmclockStats, ReadMiss, RATING, REVALIDATE_NS, STABILITY,
+    STABLE_AGREEMENT_NS,
+};
 pub use error::KvmclockError;
+pub use registry::MAX_CPUS;
 pub use wall::WallClock;

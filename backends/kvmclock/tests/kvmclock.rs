@@ -2,10 +2,9 @@
 //! hostile areas, events, and every probe failure.
 
 use clockhal_core::{ClockSource, Frequency, Policy, ReadCost, Stability};
-use clockhal_kvmclock::{
-    read_area, Kvmclock, KvmclockConfig, KvmclockError, PvclockError, GUARD_SLACK_NS,
-};
+use clockhal_kvmclock::{read_area, Kvmclock, KvmclockConfig, KvmclockError, PvclockError};
 use clockhal_sim::{KvmConfig, SimConfig, SimMachine};
+use clockhal_x86::paravirt::RegisterError;
 use clockhal_x86::paravirt::{pvclock_tsc_hz_ratio, PvclockVcpuTimeInfo};
 use clockhal_x86::Hardware;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
@@ -71,7 +70,10 @@ fn stable_host_reads_true_time_without_exits() {
         prev = v;
     }
     assert_eq!(m.traps().exits(), 0, "no exit per read");
-    assert_eq!(clock.stats().busy_reads + clock.stats().invalid_reads, 0);
+    assert_eq!(
+        clock.stats().busy_reads + clock.stats().unregistered_reads,
+        0
+    );
 }
 
 #[test]
@@ -112,7 +114,6 @@ fn unstable_hosts_are_clamped_across_cpus() {
         let a = clock.read_ns();
         let b = m.on_cpu(1, || clock.read_ns());
         assert!(b >= a, "cross-CPU step back {a} -> {b}");
-        assert!(clock.stats().raised >= 1);
     }
 }
 
@@ -132,25 +133,33 @@ fn four_vcpus_with_different_tsc_offsets() {
         assert!(v >= prev);
         prev = v;
     }
-    assert_eq!(
-        clock.stats().raised,
-        0,
-        "consistent host: nothing to repair"
-    );
+    // A "stable" host whose vCPUs disagree at one TSC value (offsets no real
+    // master clock has) is not believed: reads go through the clamp.
+    assert!(!clock.stable());
+    assert_eq!(clock.stats().stable_revocations, 1);
 }
 
 #[test]
 fn unregistered_cpu_reads_are_held_and_counted() {
     let m = machine(KvmConfig::default(), 2, &[0, 1_000]);
-    let clock = probe(&m).unwrap();
+    let areas = m.alloc_pvclock_areas(2);
+    let clock = Kvmclock::probe(&m, KvmclockConfig::new(areas), &Policy::new()).unwrap();
     let a = clock.read_ns();
     m.advance(1_000_000);
+    // CPU 1's area holds leftover bytes from before (never registered):
+    // they must not be decoded.
+    areas.get()[1].publish(0, u64::MAX / 2, 3_000_000_000, -1, 1);
     let b = m.on_cpu(1, || clock.read_ns());
-    assert!(
-        b >= a && b <= a + GUARD_SLACK_NS,
-        "held value {b} after {a}"
-    );
-    assert_eq!(clock.stats().invalid_reads, 1);
+    assert_eq!(b, a, "held value, never a decode of the leftovers");
+    assert_eq!(clock.stats().unregistered_reads, 1);
+    // After an unregister, reads on that CPU are held too.
+    m.on_cpu(1, || clock.register_this_cpu()).unwrap();
+    let c = m.on_cpu(1, || read_checked(&clock, &m, 0));
+    m.on_cpu(1, || clock.unregister_this_cpu());
+    m.advance(5_000_000);
+    let d = m.on_cpu(1, || clock.read_ns());
+    assert!(d >= c && d < c + 1_000_000, "held {d} after {c}");
+    assert_eq!(clock.stats().unregistered_reads, 2);
 }
 
 #[test]
@@ -194,7 +203,6 @@ fn migration_mid_read_retries_on_the_new_cpu() {
     m.clear_rdtsc_hook();
     m.set_cpu(0);
     assert!(v > 0);
-    assert_eq!(clock.stats().retries, 1);
 }
 
 #[test]
@@ -212,7 +220,6 @@ fn version_storms_retry_then_succeed() {
     let v = read_checked(&clock, &m, 0);
     m.clear_rdtsc_hook();
     assert!(v > 0);
-    assert_eq!(clock.stats().retries, 40);
     assert_eq!(clock.stats().busy_reads, 0);
 }
 
@@ -227,26 +234,23 @@ fn endless_version_storm_is_bounded_and_reported() {
     let b = clock.read_ns();
     m.clear_rdtsc_hook();
     assert!(b >= a);
-    let s = clock.stats();
-    assert_eq!(s.busy_reads, 1);
-    assert_eq!(s.retries, clockhal_kvmclock::MAX_READ_ATTEMPTS as u64);
+    assert_eq!(clock.stats().busy_reads, 1);
 }
 
 #[test]
-fn version_stuck_odd_returns_held_value() {
+fn version_stuck_odd_is_bounded_and_keeps_the_last_valid_parameters() {
     let m = SimMachine::kvm();
     let clock = probe(&m).unwrap();
     let a = clock.read_ns();
     m.with_kvm(|k, ctx| k.stall_update(ctx, 0));
     m.advance(5_000_000);
     let rdtscs = m.traps().rdtsc;
-    let held: Vec<u64> = (0..3).map(|_| clock.read_ns()).collect();
-    // Bounded: an odd version is seen before any rdtsc, so none is issued.
-    assert_eq!(m.traps().rdtsc, rdtscs);
-    assert!(
-        held.iter().all(|&h| h >= a && h <= a + GUARD_SLACK_NS),
-        "{held:?} after {a}"
-    );
+    let held: Vec<u64> = (0..3).map(|_| read_checked(&clock, &m, 0)).collect();
+    // Bounded: the odd version is seen before the seqlock's rdtsc, so each
+    // read issues one rdtsc only, for the value from the last valid
+    // parameters (which still describe the TSC).
+    assert_eq!(m.traps().rdtsc, rdtscs + 3);
+    assert!(held[0] >= a + 5_000_000, "{held:?} after {a}");
     assert!(held.windows(2).all(|w| w[1] >= w[0]));
     assert_eq!(clock.stats().busy_reads, 3);
     // The host finishes its update: time resumes, still never backwards.
@@ -323,9 +327,12 @@ fn zero_multiplier_is_rejected_at_probe_and_held_at_run_time() {
         k.set_scale_override(Some((0, -1)));
         k.update(ctx, 0);
     });
-    let b = clock.read_ns();
-    assert!(b >= a && b <= a + GUARD_SLACK_NS);
-    assert_eq!(clock.stats().invalid_reads, 1);
+    // The implausible update is not used: reads go on with the previous
+    // parameters, counted as a rejected update.
+    m.advance(1_000_000);
+    let b = read_checked(&clock, &m, 0);
+    assert!(b >= a + 1_000_000);
+    assert_eq!(clock.stats().rejected_updates, 1);
     assert_eq!(clock.tsc_frequency(), None);
 }
 
@@ -439,11 +446,7 @@ fn host_stepping_system_time_backwards_never_steps_reads_back() {
             assert!(v >= prev, "stable={stable}: {prev} -> {v}");
             prev = v;
         }
-        assert!(
-            prev <= a + GUARD_SLACK_NS + 2_000_000,
-            "time resumes from the held value"
-        );
-        assert!(clock.stats().raised > 0);
+        assert!(prev <= a + 2_000_000, "time resumes from the held value");
     }
 }
 
@@ -596,7 +599,7 @@ fn every_probe_failure_returns_its_error() {
     m.reset_traps();
     assert_eq!(
         probe_with(&m, areas).unwrap_err(),
-        KvmclockError::Misaligned
+        KvmclockError::Register(RegisterError::Misaligned)
     );
     assert_eq!(m.traps().msr_writes, 0);
     // Every error has a message.
@@ -606,7 +609,12 @@ fn every_probe_failure_returns_its_error() {
         KvmclockError::NoClocksource,
         KvmclockError::NoMemory,
         KvmclockError::CpuIndexOutOfRange { cpu: 1, areas: 1 },
-        KvmclockError::Misaligned,
+        KvmclockError::Register(RegisterError::Simulated),
+        KvmclockError::IndexTaken {
+            cpu: 0,
+            holder_apic: 0,
+            this_apic: 1,
+        },
         KvmclockError::WallClockMisaligned,
         KvmclockError::NotWritten,
         KvmclockError::ShiftOutOfRange(-40),

@@ -20,17 +20,26 @@
 //!    ([`warp_participant`]) on CPU pairs and passes the [`SyncStatus`].
 //!
 //! ## Rating
-//! - Not invariant, a warp seen, or no real rate (only CPUID 0x16's MHz):
-//!   [`Quality::UNUSABLE`] (-100): never auto-selected, still usable by
-//!   explicit choice.
-//! - Otherwise 300 (Linux's `tsc` rating), +50 when in step (single CPU or
-//!   warp-tested), +40 when the rate is exact (a stated rate not contradicted
-//!   by a calibration) or calibrated to within [`TIGHT_PPM`]: 300..=390,
-//!   below kvmclock (400) and the Hyper-V page (450), because the raw TSC
-//!   does not survive migration to a host with another rate.
-//! - 500 when all of that holds *and* the OS promises
-//!   [`Migration::WillNot`]: then the TSC
-//!   is as correct as the paravirtual clocks and cheaper.
+//! - [`Quality::UNUSABLE`] (-100: never auto-selected, still usable by
+//!   explicit choice) with the reason in [`Tsc::unusable`]: a warp seen,
+//!   no real rate (only CPUID 0x16's MHz), several CPUs without a warp-test
+//!   result, or — for a TSC that is not invariant — no rate good enough to
+//!   supervise.
+//! - **Invariant:** 300 (Linux's `tsc` rating), +50 when in step (single
+//!   CPU or warp-tested), +40 when the rate is exact (a stated rate not
+//!   contradicted by a calibration) or calibrated to within [`TIGHT_PPM`]:
+//!   300..=390, below kvmclock (400) and the Hyper-V page (450), because
+//!   the raw TSC does not survive migration to a host with another rate.
+//!   500 when all of that holds *and* the OS promises
+//!   [`Migration::WillNot`]: then the TSC is as correct as the paravirtual
+//!   clocks and cheaper.
+//! - **Not invariant, but in step and with a known or calibrated rate:**
+//!   [`SUPERVISED_RATING`] (290) — a *supervised* TSC, Linux's
+//!   `CLOCK_SOURCE_MUST_VERIFY`: it beats every trapping source (HPET 250,
+//!   Hyper-V MSR 280, PM timer 150) and never a paravirtual clock, and is
+//!   correct only while a watchdog keeps comparing it with an independent
+//!   counter ([`Tsc::supervised`]; the facade enforces that and demotes it
+//!   at the first skew).
 //!
 //! ## Read
 //! [`ClockSource::read`] is [`Hardware::rdtsc_ordered`] (`lfence; rdtsc`,
@@ -53,6 +62,7 @@
 //! assert_eq!(tsc.quality().get(), 390);
 //! ```
 #![no_std]
+#![forbid(unsafe_code)]
 
 mod calibrate;
 mod check;
@@ -64,12 +74,68 @@ pub use check::{RateCheck, RATE_TOLERANCE_PPM};
 pub use provenance::RateProvenance;
 pub use warp::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
 
-use clockhal_core::{ClockSource, Frequency, Migration, Policy, Quality, ReadCost, Stability};
-use clockhal_x86::{cpuid, Hardware};
+use clockhal_core::{
+    ClockSource, Frequency, Migration, PerCpuSlots, Policy, Quality, ReadCost, Scale, Stability,
+    TscMap,
+};
+use clockhal_x86::{cpuid, rdmsr_checked, Hardware, Msr};
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// A calibration at least this tight counts as an exact rate for rating.
 pub const TIGHT_PPM: u32 = 100;
+
+/// The rating of a supervised TSC (not invariant, in step, rate known).
+pub const SUPERVISED_RATING: Quality = Quality::new(290);
+
+/// A non-invariant TSC is supervised only with a rate at least this tight
+/// (a watchdog bound of 500 ppm could not tell a worse one from drift).
+pub const SUPERVISED_MAX_UNCERTAINTY_PPM: u32 = 250;
+
+/// Why a TSC is not auto-selectable ([`Tsc::unusable`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Unusable {
+    /// The warp test saw a CPU's TSC behind another's.
+    Unsynchronized {
+        /// The largest backward step, in ticks.
+        worst_backward_ticks: u64,
+    },
+    /// Several CPUs and no conclusive warp-test result.
+    SyncUnknown {
+        /// The CPU count the OS gave.
+        cpus: usize,
+    },
+    /// Only CPUID 0x16's base MHz: not the TSC rate.
+    NoRealRate,
+    /// Not invariant, and the rate is not known well enough to supervise.
+    NotInvariantRateUncertain {
+        /// The rate's uncertainty, ppm (`u32::MAX` if unknown).
+        uncertainty_ppm: u32,
+    },
+    /// The stated rate disagrees with the calibration.
+    RateInDoubt,
+}
+
+impl fmt::Display for Unusable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unusable::Unsynchronized {
+                worst_backward_ticks,
+            } => write!(f, "out of step across CPUs ({worst_backward_ticks} ticks)"),
+            Unusable::SyncUnknown { cpus } => {
+                write!(f, "{cpus} CPUs and no warp-test result")
+            }
+            Unusable::NoRealRate => f.write_str("no real rate (only CPUID 0x16's MHz)"),
+            Unusable::NotInvariantRateUncertain { uncertainty_ppm } => write!(
+                f,
+                "not invariant, rate too uncertain to supervise (±{uncertainty_ppm} ppm)"
+            ),
+            Unusable::RateInDoubt => f.write_str("stated rate contradicted by calibration"),
+        }
+    }
+}
 
 /// What [`Tsc::probe`] is told.
 #[derive(Clone, Copy)]
@@ -83,6 +149,9 @@ pub struct TscOptions<'a> {
     pub reference: Option<&'a dyn ClockSource>,
     /// What the OS's warp tests found (default: unknown).
     pub sync: SyncStatus,
+    /// How many CPUs the OS runs (default 1). With more than one, the TSC
+    /// is not auto-selected until `sync` says the TSCs are in step.
+    pub cpus: usize,
     /// Migration stance and calibration budget.
     pub policy: Policy,
 }
@@ -100,6 +169,7 @@ impl TscOptions<'_> {
             hints: &[],
             reference: None,
             sync: SyncStatus::Unknown,
+            cpus: 1,
             policy: Policy::new(),
         }
     }
@@ -111,6 +181,7 @@ impl fmt::Debug for TscOptions<'_> {
             .field("hints", &self.hints)
             .field("reference", &self.reference.map(|r| r.name()))
             .field("sync", &self.sync)
+            .field("cpus", &self.cpus)
             .field("policy", &self.policy)
             .finish()
     }
@@ -146,13 +217,18 @@ impl fmt::Display for TscError {
 /// The TSC, probed.
 pub struct Tsc<H: Hardware> {
     hw: H,
+    slots: PerCpuSlots,
     rate: Frequency,
+    map: TscMap,
     provenance: RateProvenance,
     check: RateCheck,
     calibration: Option<Calibration>,
     invariant: bool,
-    sync: SyncStatus,
+    sync: AtomicU64,
+    cpus: usize,
     migration: Migration,
+    /// The probing CPU's `IA32_TSC_ADJUST`, where it exists.
+    adjust: Option<u64>,
 }
 
 impl<H: Hardware> Tsc<H> {
@@ -192,16 +268,102 @@ impl<H: Hardware> Tsc<H> {
                 }
             }
         };
+        let adjust = cpuid::has_tsc_adjust(&hw)
+            .then(|| rdmsr_checked(&hw, Msr::IA32_TSC_ADJUST))
+            .flatten();
         Ok(Tsc {
             hw,
+            slots: PerCpuSlots::new(),
+            map: TscMap::through(&Scale::new(rate), 0, 0),
             rate,
             provenance,
             check,
             calibration: calibration.and_then(Result::ok),
             invariant,
-            sync: opts.sync,
+            sync: AtomicU64::new(opts.sync.encode()),
+            cpus: opts.cpus.max(1),
             migration: opts.policy.migration,
+            adjust,
         })
+    }
+
+    /// Compares the calling CPU's `IA32_TSC_ADJUST` with the probing CPU's
+    /// (Linux's `tsc_store_and_check_tsc_adjust`): firmware or an OS that
+    /// wrote one CPU's TSC leaves them different, and the TSCs are then out
+    /// of step by that difference whatever a warp test saw. A mismatch marks
+    /// the TSC unsynchronised and is returned as `Err(difference)`. Call it
+    /// on every AP (the facade's `register_this_cpu` does). `Ok` where the
+    /// MSR does not exist.
+    pub fn check_tsc_adjust_this_cpu(&self) -> Result<(), u64> {
+        let Some(bsp) = self.adjust else {
+            return Ok(());
+        };
+        let Some(here) = rdmsr_checked(&self.hw, Msr::IA32_TSC_ADJUST) else {
+            return Ok(());
+        };
+        if here == bsp {
+            return Ok(());
+        }
+        let diff = here.abs_diff(bsp);
+        self.set_sync(SyncStatus::Unsynchronized {
+            worst_backward_ticks: diff,
+        });
+        Err(diff)
+    }
+
+    /// The TSC ticks-to-nanoseconds map of the rate in use (through 0), for
+    /// a reader that composes it with its own offset (the facade's `Clock`).
+    pub fn map(&self) -> TscMap {
+        self.map
+    }
+
+    /// Why the TSC may not be auto-selected, or `None` if it may.
+    pub fn unusable(&self) -> Option<Unusable> {
+        if let SyncStatus::Unsynchronized {
+            worst_backward_ticks,
+        } = self.sync()
+        {
+            return Some(Unusable::Unsynchronized {
+                worst_backward_ticks,
+            });
+        }
+        if self.provenance == RateProvenance::BaseFrequencyHint {
+            return Some(Unusable::NoRealRate);
+        }
+        if !self.in_step() {
+            return Some(Unusable::SyncUnknown { cpus: self.cpus });
+        }
+        if self.invariant {
+            return None;
+        }
+        if self.check.is_suspect() {
+            return Some(Unusable::RateInDoubt);
+        }
+        let uncertainty_ppm = match self.provenance {
+            RateProvenance::Calibrated {
+                uncertainty_ppm, ..
+            } => uncertainty_ppm,
+            p if p.is_exact() => 0,
+            _ => u32::MAX,
+        };
+        if uncertainty_ppm > SUPERVISED_MAX_UNCERTAINTY_PPM {
+            return Some(Unusable::NotInvariantRateUncertain { uncertainty_ppm });
+        }
+        None
+    }
+
+    /// Whether this TSC is correct only under supervision: not advertised
+    /// invariant (its rate may change with P-states, stop in C-states, or
+    /// change after a migration). A supervised TSC may be selected only
+    /// while a watchdog compares it with an independent counter.
+    pub fn supervised(&self) -> bool {
+        !self.invariant && self.unusable().is_none()
+    }
+
+    /// In step across CPUs: one CPU, or a conclusive warp test.
+    fn in_step(&self) -> bool {
+        let sync = self.sync();
+        self.cpus <= 1 && !matches!(sync, SyncStatus::Unsynchronized { .. }) || sync.in_step()
     }
 
     /// Where the rate in use came from.
@@ -227,13 +389,13 @@ impl<H: Hardware> Tsc<H> {
 
     /// The sync status the rating uses.
     pub fn sync(&self) -> SyncStatus {
-        self.sync
+        SyncStatus::decode(self.sync.load(Ordering::Acquire))
     }
 
     /// Updates the sync status (e.g. after SMP bring-up ran the warp
-    /// tests); the rating and flags follow.
-    pub fn set_sync(&mut self, sync: SyncStatus) {
-        self.sync = sync;
+    /// tests, at any time, from any CPU); the rating and flags follow.
+    pub fn set_sync(&self, sync: SyncStatus) {
+        self.sync.store(sync.encode(), Ordering::Release);
     }
 
     /// The hardware handle.
@@ -260,10 +422,15 @@ impl<H: Hardware> ClockSource for Tsc<H> {
         "tsc"
     }
 
-    /// `rdtsc_ordered`: see the crate docs for why ordered.
+    /// `rdtsc_ordered` (see the crate docs for why ordered), never below
+    /// what this CPU read before (a per-CPU floor: a host that steps the TSC
+    /// back cannot make time go back).
     #[inline(always)]
     fn read(&self) -> u64 {
-        self.hw.rdtsc_ordered()
+        let cpu = self.hw.cpu_index();
+        let t = self.hw.rdtsc_ordered();
+        self.slots
+            .raise(cpu, t, |cell, v| self.hw.fetch_max_local(cell, v))
     }
 
     fn frequency(&self) -> Frequency {
@@ -271,17 +438,17 @@ impl<H: Hardware> ClockSource for Tsc<H> {
     }
 
     fn quality(&self) -> Quality {
-        let unsynchronized = matches!(self.sync, SyncStatus::Unsynchronized { .. });
-        if !self.invariant || unsynchronized || self.provenance == RateProvenance::BaseFrequencyHint
-        {
+        if self.unusable().is_some() {
             return Quality::UNUSABLE;
         }
-        let in_step = self.sync.in_step();
+        if !self.invariant {
+            return SUPERVISED_RATING;
+        }
         let trusted = self.rate_trusted();
-        if in_step && trusted && self.migration == Migration::WillNot {
+        if trusted && self.migration == Migration::WillNot {
             return Quality::new(500);
         }
-        Quality::new(300 + if in_step { 50 } else { 0 } + if trusted { 40 } else { 0 })
+        Quality::new(350 + if trusted { 40 } else { 0 })
     }
 
     fn stability(&self) -> Stability {
@@ -289,7 +456,7 @@ impl<H: Hardware> ClockSource for Tsc<H> {
         if self.invariant {
             s |= Stability::INVARIANT_RATE;
         }
-        if self.sync.in_step() {
+        if self.in_step() {
             s |= Stability::MONOTONIC_ACROSS_CPUS;
         }
         s
@@ -307,7 +474,7 @@ impl<H: Hardware> fmt::Debug for Tsc<H> {
             .field("provenance", &self.provenance)
             .field("check", &self.check)
             .field("invariant", &self.invariant)
-            .field("sync", &self.sync)
+            .field("sync", &self.sync())
             .finish()
     }
 }

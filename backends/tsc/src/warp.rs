@@ -410,4 +410,29 @@ impl SyncStatus {
     pub fn in_step(&self) -> bool {
         matches!(self, SyncStatus::SingleCpu | SyncStatus::Synchronized)
     }
+
+    /// One word for an atomic: tag in bits 0..2, backward ticks above
+    /// (saturated to 62 bits).
+    pub(crate) fn encode(self) -> u64 {
+        match self {
+            SyncStatus::Unknown => 0,
+            SyncStatus::SingleCpu => 1,
+            SyncStatus::Synchronized => 2,
+            SyncStatus::Unsynchronized {
+                worst_backward_ticks,
+            } => 3 | worst_backward_ticks.min(u64::MAX >> 2) << 2,
+        }
+    }
+
+    /// The inverse of [`encode`](Self::encode).
+    pub(crate) fn decode(v: u64) -> SyncStatus {
+        match v & 3 {
+            1 => SyncStatus::SingleCpu,
+            2 => SyncStatus::Synchronized,
+            3 => SyncStatus::Unsynchronized {
+                worst_backward_ticks: v >> 2,
+            },
+            _ => SyncStatus::Unknown,
+        }
+    }
 }

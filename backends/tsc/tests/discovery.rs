@@ -52,10 +52,21 @@ fn cpuid_leaf_15_is_exact_and_rated_highest() {
     };
     assert_eq!(Tsc::probe(&m, &opts).unwrap().quality(), Quality::new(500));
 
-    // SMP without a warp test: usable, not in step.
-    let tsc = Tsc::probe(&m, &TscOptions::new()).unwrap();
-    assert_eq!(tsc.quality(), Quality::new(340));
+    // SMP without a warp test: not in step, never auto-selected.
+    let smp = TscOptions {
+        cpus: 2,
+        ..TscOptions::new()
+    };
+    let tsc = Tsc::probe(&m, &smp).unwrap();
+    assert_eq!(tsc.quality(), Quality::UNUSABLE);
+    assert_eq!(
+        tsc.unusable(),
+        Some(clockhal_tsc::Unusable::SyncUnknown { cpus: 2 })
+    );
     assert!(!tsc.stability().contains(Stability::MONOTONIC_ACROSS_CPUS));
+    // The warp test's result arrives later: rated again.
+    tsc.set_sync(SyncStatus::Synchronized);
+    assert_eq!(tsc.quality(), Quality::new(390));
 }
 
 #[test]
@@ -163,7 +174,7 @@ fn hints_by_provenance_not_by_order() {
 }
 
 #[test]
-fn not_invariant_is_unusable_but_readable() {
+fn not_invariant_with_a_known_rate_is_supervised() {
     // SimMachine::kvm(): no invariant bit.
     let m = SimMachine::kvm();
     let hint = [(hz(2_600_000_000), RateProvenance::Pvclock)];
@@ -176,8 +187,13 @@ fn not_invariant_is_unusable_but_readable() {
     )
     .unwrap();
     assert!(!tsc.invariant());
-    assert_eq!(tsc.quality(), Quality::UNUSABLE);
+    // Beats every trapping source, never a paravirtual clock, and only
+    // under a watchdog.
+    assert_eq!(tsc.quality(), clockhal_tsc::SUPERVISED_RATING);
+    assert!(tsc.supervised());
     assert!(!tsc.stability().contains(Stability::INVARIANT_RATE));
+    // No rate at all: no TSC.
+    assert!(Tsc::probe(&m, &single()).is_err());
     let a = tsc.read();
     m.advance(1_000);
     assert!(tsc.read() - a >= 2_600);

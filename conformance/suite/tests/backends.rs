@@ -139,7 +139,9 @@ fn hyperv_profile_backends_pass_and_the_page_is_a_valid_selection() {
     let m = SimMachine::hyperv();
     let hv = Hyperv::probe(
         &m,
-        HypervConfig::new().with_tsc_page(m.alloc_hv_page()),
+        HypervConfig::new()
+            .with_tsc_page(m.alloc_hv_page())
+            .with_guest_os_id(clockhal_hyperv::DEFAULT_GUEST_OS_ID),
         &Policy::new(),
     )
     .expect("Hyper-V probes");

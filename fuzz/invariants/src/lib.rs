@@ -12,7 +12,7 @@
 //! | [`hyperv`] | `hv_scale_tsc`, `hv_reference_scale`, `hv_tsc_hz_from_scale`, `read_reference_page` | exact against a big-integer reference; never a zero scale; a reading comes from one consistent page state; bounded retries |
 //! | [`frequency`] | `Frequency::from_ratio`, `Scale` | range exact; stored rate within 2^-64; conversions floor or one below, monotonic |
 //! | [`wrap_extender`] | `WrapExtender` (both cells) | equals the true counter under the read-interval rule; never backwards otherwise |
-//! | [`monotonic_clamp`] | `MonotonicClamp` (both cells) | running maximum since reset; clamp count |
+//! | [`monotonic_clamp`] | `MonotonicClamp` (both cells) | running maximum since reset |
 //! | [`cpuid`] | CPUID decoders, `Tsc::probe` over an arbitrary CPUID table | results match a model of the table; never a leaf above a range's maximum; rates in range or rejected |
 //!
 //! The libFuzzer targets in `fuzz/` call these; on stable, `tests/stream.rs`

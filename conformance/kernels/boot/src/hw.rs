@@ -50,6 +50,9 @@ impl Hardware for BootHw {
     fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
         crate::try_rdmsr(msr.number())
     }
+    fn recovers_msr_faults(&self) -> bool {
+        true
+    }
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
         // SAFETY: forwarded; the caller upholds `wrmsr`'s contract.
         unsafe { self.native.wrmsr(msr, value) }

@@ -99,7 +99,8 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, selected: Option<&str>)
                 "fastest passing source ({cost} cycles; {fast_name} {fast_cost}, {margin}% margin)"
             ),
         )
-    } else if select::compare(source, ctx.sources[f]) == Ordering::Less {
+    } else if select::compare(&source.descriptor(), &ctx.sources[f].descriptor()) == Ordering::Less
+    {
         (
             Status::Pass,
             detail!(

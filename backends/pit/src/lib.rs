@@ -1,0 +1,480 @@
+//! # clockhal-pit
+//!
+//! The 8254 programmable interval timer as a [`ClockSource`]: its channel 2
+//! run as a free-running 16-bit counter at 105/88 MHz (≈1.193182 MHz),
+//! widened to 64 bits in software ([`WrapExtender`]).
+//!
+//! **What it is for.** Machines without an HPET, a PM timer or a stated TSC
+//! rate (QEMU microvm under TCG) still have a PIT: it is a [`ClockSource`],
+//! so `clockhal_tsc::calibrate` (and `TscOptions::reference`) take it as
+//! the reference for the TSC rate, and [`Pit::checked`] tells whether such
+//! a calibration's reads stayed within the wrap. As a clock
+//! it is the last resort: every read is a counter latch command and two
+//! byte reads (three port accesses, each a VM exit), and the 16-bit counter
+//! wraps every 54.9 ms, shorter than any watchdog period. So the PIT is a
+//! clock ([`PitRole::Clock`], quality [`CLOCK_QUALITY`], below the ACPI PM
+//! timer's 120–150) only when the OS commits to reading it at least every
+//! [`MAX_COMMITMENT_MS`] ([`PitOptions::as_clock`]); otherwise it is rated
+//! [`Quality::UNUSABLE`] and serves only as a calibration reference.
+//!
+//! **Channel use.** clockhal programs channel 2 only (the gate-controlled
+//! channel behind port 0x61 that Linux calibrates the TSC with), in mode 0
+//! with count 65,536, gate high and speaker off; see [`clockhal_x86::pit`]
+//! for the exact writes. The OS's timer interrupt, channel 0, is never
+//! touched, nor is channel 1. The OS must leave channel 2 and bits 0–1 of
+//! port 0x61 alone afterwards (the PC speaker stays silent).
+//!
+//! **Rate.** The PIT's input clock is the PC's 14.31818 MHz oscillator
+//! (4 × the NTSC colour subcarrier of 315/88 MHz) divided by 12, i.e.
+//! exactly 105/88 MHz = 1,193,181.818… Hz ([`PIT_FREQUENCY`]). Emulators
+//! round it: QEMU's `PIT_FREQ` is 1,193,182 Hz (+0.15 ppm), KVM's in-kernel
+//! `KVM_PIT_FREQ` 1,193,181 Hz (−0.69 ppm); Linux's `PIT_TICK_RATE` is
+//! 1,193,182. These sub-ppm differences are far below what a 0.84 µs tick
+//! resolves in a calibration.
+//!
+//! ```
+//! use clockhal_core::ClockSource;
+//! use clockhal_pit::{Pit, PitOptions, PitRole, ReadCommitment};
+//! use clockhal_sim::SimMachine;
+//!
+//! let m = SimMachine::qemu_tcg_microvm(); // a PIT and nothing else
+//! // As a calibration reference (the default):
+//! let pit = Pit::probe(&m, &PitOptions::default()).unwrap();
+//! assert_eq!(pit.role(), PitRole::NoCommitment);
+//! assert!(!pit.quality().auto_selectable());
+//! pit.read();
+//! m.advance(100_000_000); // 100 ms: two wraps, but one read...
+//! let _ = pit.read(); // ...is not enough: the extender lost a wrap
+//! assert!(pit.overruns() > 0); // and says so
+//!
+//! // As a clock, when the OS reads it every 10 ms (e.g. from its tick):
+//! let opts = PitOptions { as_clock: ReadCommitment::EveryMs(10) };
+//! let pit = Pit::probe(&m, &opts).unwrap();
+//! assert_eq!(pit.role(), PitRole::Clock { every_ms: 10 });
+//! assert_eq!(pit.quality().get(), 50);
+//! let t0 = pit.read();
+//! for _ in 0..10 {
+//!     m.advance(10_000_000);
+//!     pit.read();
+//! }
+//! let ticks = pit.read() - t0; // 100 ms and a little
+//! assert!((119_318..119_400).contains(&ticks), "{ticks}");
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
+
+use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability, WrapExtender};
+use clockhal_x86::{cpuid, pit, Hardware};
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The PIT's input clock: 14.31818 MHz / 12 = 105/88 MHz, exactly.
+pub const PIT_FREQUENCY: Frequency = match Frequency::from_ratio(105_000_000, 88) {
+    Ok(f) => f,
+    Err(_) => panic!("PIT rate out of range"),
+};
+/// Counter period in ticks (16 bits): 54.925 ms.
+pub const WRAP_TICKS: u64 = 1 << 16;
+/// Rating as a clock (band 1..=99, "last resort": below the ACPI PM timer).
+pub const CLOCK_QUALITY: Quality = Quality::new(50);
+/// Longest read interval an OS may commit to. Reads must be less than half
+/// a wrap apart (2^15 ticks = 27.46 ms); the rest is slack for interrupt
+/// latency.
+pub const MAX_COMMITMENT_MS: u32 = 20;
+
+/// Reads spent waiting for the counter to move at probe (it moves every
+/// 0.84 µs; one read takes three port accesses of ≥ 0.5 µs each).
+const MAX_START_READS: u32 = 10_000;
+/// Back-to-back reads of the direction test.
+const DIRECTION_READS: u32 = 64;
+/// Steps of the direction test that may look backwards (a vCPU descheduled
+/// for more than half a wrap between two reads) before the PIT is called
+/// erratic; a device returning garbage fails about half of them.
+const DIRECTION_SLACK: u32 = 2;
+/// Rounds of the TSC-per-tick measurement (the smallest ratio wins: it is
+/// the least disturbed).
+const RATIO_ROUNDS: u32 = 3;
+/// Ticks per ratio round (0.86 ms).
+const RATIO_TICKS: u64 = 1024;
+/// Reads allowed per ratio round before the PIT is called too slow.
+const MAX_RATIO_READS: u32 = 20_000;
+/// A read more than this many ticks (3/4 of the half wrap), as measured by
+/// the TSC, after the previous one counts as a possible overrun.
+const OVERRUN_TICKS: u64 = 3 * (WRAP_TICKS / 2) / 4;
+/// Attempts at the read lock before returning the last value.
+const LOCK_SPINS: u32 = 1 << 12;
+
+/// What the OS promises about how often it reads the PIT clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ReadCommitment {
+    /// No promise: the PIT is a calibration reference only.
+    #[default]
+    None,
+    /// Some CPU calls [`ClockSource::read`] (through the facade's clock:
+    /// `now()`, or its watchdog tick) at least every this many
+    /// milliseconds, e.g. from the OS's periodic timer interrupt, for as
+    /// long as the PIT is the selected clock. At most
+    /// [`MAX_COMMITMENT_MS`].
+    EveryMs(u32),
+}
+
+/// How the OS wants the PIT probed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PitOptions {
+    /// Whether the PIT may serve as a clock (default: no, calibration only).
+    pub as_clock: ReadCommitment,
+}
+
+/// What the probed PIT may be used for, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PitRole {
+    /// A clock of last resort ([`CLOCK_QUALITY`]): the OS reads it at least
+    /// every `every_ms`.
+    Clock {
+        /// The committed read interval.
+        every_ms: u32,
+    },
+    /// Calibration reference only ([`Quality::UNUSABLE`]): the OS made no
+    /// read commitment.
+    NoCommitment,
+    /// Calibration reference only: the committed interval is longer than
+    /// [`MAX_COMMITMENT_MS`] (or zero).
+    CommitmentUnusable {
+        /// The interval offered.
+        every_ms: u32,
+    },
+}
+
+impl PitRole {
+    fn from_commitment(c: ReadCommitment) -> PitRole {
+        match c {
+            ReadCommitment::None => PitRole::NoCommitment,
+            ReadCommitment::EveryMs(ms) if (1..=MAX_COMMITMENT_MS).contains(&ms) => {
+                PitRole::Clock { every_ms: ms }
+            }
+            ReadCommitment::EveryMs(ms) => PitRole::CommitmentUnusable { every_ms: ms },
+        }
+    }
+
+    /// Whether the PIT may be selected as a clock.
+    pub fn is_clock(&self) -> bool {
+        matches!(self, PitRole::Clock { .. })
+    }
+}
+
+impl fmt::Display for PitRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            PitRole::Clock { every_ms } => {
+                write!(
+                    f,
+                    "clock of last resort (the OS reads it every {every_ms} ms)"
+                )
+            }
+            PitRole::NoCommitment => f.write_str(
+                "calibration reference only: its 16-bit counter wraps every 54.9 ms \
+                 and the OS made no commitment to read it that often",
+            ),
+            PitRole::CommitmentUnusable { every_ms } => write!(
+                f,
+                "calibration reference only: a read every {every_ms} ms does not keep \
+                 up with the 54.9 ms wrap (at most {MAX_COMMITMENT_MS} ms)"
+            ),
+        }
+    }
+}
+
+/// Why [`Pit::probe`] refused the PIT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PitError {
+    /// Channel 2 reads 0xFFFF every time: nothing decodes ports 0x40–0x43.
+    Absent,
+    /// The counter did not move within the probe's reads.
+    NotCounting {
+        /// The value it kept returning.
+        value: u16,
+    },
+    /// The counter moved, but not like a down-counter: too many
+    /// back-to-back reads went backwards.
+    Erratic {
+        /// Backward steps seen.
+        backward: u32,
+        /// Steps examined.
+        of: u32,
+    },
+    /// The counter moved far slower than any PIT: fewer than 1,024 ticks in
+    /// 20,000 reads.
+    TooSlow {
+        /// Ticks it advanced.
+        ticks: u64,
+    },
+}
+
+impl fmt::Display for PitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            PitError::Absent => {
+                f.write_str("PIT channel 2 reads 0xFFFF: no PIT at ports 0x40-0x43")
+            }
+            PitError::NotCounting { value } => {
+                write!(f, "PIT channel 2 is stuck at {value:#06x}")
+            }
+            PitError::Erratic { backward, of } => write!(
+                f,
+                "PIT channel 2 does not count down: {backward} of {of} reads stepped back"
+            ),
+            PitError::TooSlow { ticks } => write!(
+                f,
+                "PIT channel 2 advanced only {ticks} ticks in {MAX_RATIO_READS} reads"
+            ),
+        }
+    }
+}
+
+/// Reads under [`Pit::checked`] may have missed a wrap: the PIT's value
+/// over that span is not trustworthy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Overrun {
+    /// Reads that came too long after the previous one.
+    pub reads: u64,
+}
+
+impl fmt::Display for Overrun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} PIT read(s) came more than half a wrap (27 ms) after the previous one",
+            self.reads
+        )
+    }
+}
+
+/// The up-counting value of a channel-2 reading (the hardware counts down;
+/// 0 stands for 65,536).
+fn up(raw: u16) -> u64 {
+    0u16.wrapping_sub(raw) as u64
+}
+
+/// The PIT's channel 2, probed.
+pub struct Pit<H: Hardware> {
+    hw: H,
+    role: PitRole,
+    stability: Stability,
+    ext: WrapExtender,
+    /// Serialises the latch-and-read sequence (shared device state).
+    busy: AtomicBool,
+    /// TSC at the previous read (under `busy`).
+    last_tsc: AtomicU64,
+    /// TSC ticks that make a gap between reads suspect; 0 when the TSC gave
+    /// no usable measure at probe.
+    overrun_tsc: u64,
+    overruns: AtomicU64,
+}
+
+impl<H: Hardware> Pit<H> {
+    /// Starts channel 2 ([`clockhal_x86::pit::start_channel2`]), checks
+    /// that it exists and counts down (bounded: at most about 10,000 +
+    /// 64 + 3 × 1,024 ticks' worth of reads), measures the TSC ticks per
+    /// PIT tick for the overrun check, and rates it per `options`.
+    pub fn probe(hw: H, options: &PitOptions) -> Result<Pit<H>, PitError> {
+        pit::start_channel2(&hw);
+        let read = || pit::read_channel2(&hw);
+        // An absent PIT floats to 0xFFFF forever; a live one shows 0xFFFF
+        // for one tick per wrap (several reads where port I/O is fast).
+        let first = read();
+        let Some(mut prev) = (0..MAX_START_READS).find_map(|_| {
+            let v = read();
+            (v != first).then_some(v)
+        }) else {
+            return Err(match first {
+                0xFFFF => PitError::Absent,
+                value => PitError::NotCounting { value },
+            });
+        };
+        let backward = (0..DIRECTION_READS)
+            .filter(|_| {
+                let v = read();
+                let step = up(v).wrapping_sub(up(prev)) % WRAP_TICKS;
+                prev = v;
+                step >= WRAP_TICKS / 2
+            })
+            .count() as u32;
+        if backward > DIRECTION_SLACK {
+            return Err(PitError::Erratic {
+                backward,
+                of: DIRECTION_READS,
+            });
+        }
+        let overrun_tsc = tsc_per_ticks(&hw, OVERRUN_TICKS)?;
+        let mut stability = Stability::MONOTONIC_PER_CPU
+            | Stability::MONOTONIC_ACROSS_CPUS
+            | Stability::INVARIANT_RATE
+            // Emulated by the VMM at its nominal rate wherever the VM runs.
+            | Stability::SURVIVES_MIGRATION
+            | Stability::SOFTWARE_EXTENDED;
+        if cpuid::hypervisor_present(&hw) {
+            stability |= Stability::TRAPS_EVERY_READ;
+        }
+        let ext = WrapExtender::new(16, up(pit::read_channel2(&hw)));
+        Ok(Pit {
+            last_tsc: AtomicU64::new(hw.rdtsc()),
+            hw,
+            role: PitRole::from_commitment(options.as_clock),
+            stability,
+            ext,
+            busy: AtomicBool::new(false),
+            overrun_tsc,
+            overruns: AtomicU64::new(0),
+        })
+    }
+
+    /// What the PIT may be used for.
+    pub fn role(&self) -> PitRole {
+        self.role
+    }
+
+    /// The hardware handle.
+    pub fn hardware(&self) -> &H {
+        &self.hw
+    }
+
+    /// Reads so far that came, by the TSC, more than 3/4 of the half wrap
+    /// (20.6 ms) after the previous read: each may have lost a wrap, so
+    /// the extended count may be behind by multiples of 54.9 ms (never
+    /// ahead, never backwards). With TSCs that differ across CPUs this may
+    /// over-count; a TSC that stood still at probe disables the check.
+    pub fn overruns(&self) -> u64 {
+        self.overruns.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` (a measurement over the PIT, e.g. a TSC calibration with
+    /// the PIT as reference) and returns its result only if no read
+    /// inside it may have lost a wrap ([`overruns`](Self::overruns)): a
+    /// calibration whose reference silently lost 54.9 ms would be wrong by
+    /// far more than its stated uncertainty. Reads once first, so the gap
+    /// since the PIT's last use does not count.
+    ///
+    /// ```
+    /// use clockhal_core::Duration;
+    /// use clockhal_pit::{Pit, PitOptions};
+    /// use clockhal_sim::SimMachine;
+    /// let m = SimMachine::qemu_tcg_microvm(); // TSC at 2 GHz, rate unstated
+    /// let pit = Pit::probe(&m, &PitOptions::default()).unwrap();
+    /// let c = pit
+    ///     .checked(|p| clockhal_tsc::calibrate(&m, p, Duration::from_millis(50)))
+    ///     .expect("no overrun")
+    ///     .expect("calibrated");
+    /// let err_ppm = c.rate.ppb_from(&clockhal_core::Frequency::from_hz(2_000_000_000).unwrap()) / 1000;
+    /// assert!(err_ppm.unsigned_abs() <= c.uncertainty_ppm as u64 + 1);
+    /// ```
+    pub fn checked<R>(&self, f: impl FnOnce(&Self) -> R) -> Result<R, Overrun> {
+        self.read();
+        let before = self.overruns();
+        let r = f(self);
+        match self.overruns() - before {
+            0 => Ok(r),
+            reads => Err(Overrun { reads }),
+        }
+    }
+
+    /// One latch-and-read under the lock, extended and gap-checked.
+    fn read_locked(&self) -> u64 {
+        let raw = pit::read_channel2(&self.hw);
+        let tsc = self.hw.rdtsc();
+        let gap = tsc.wrapping_sub(self.last_tsc.swap(tsc, Ordering::Relaxed));
+        // A "negative" gap is another CPU's TSC being behind: not an overrun.
+        if self.overrun_tsc != 0 && gap > self.overrun_tsc && gap < 1 << 63 {
+            self.overruns.fetch_add(1, Ordering::Relaxed);
+        }
+        self.ext.extend(up(raw))
+    }
+}
+
+/// TSC ticks per `ticks` PIT ticks: the smallest of [`RATIO_ROUNDS`]
+/// measurements over [`RATIO_TICKS`] each (0 if the TSC stood still).
+fn tsc_per_ticks<H: Hardware>(hw: &H, ticks: u64) -> Result<u64, PitError> {
+    let mut best = u64::MAX;
+    for _ in 0..RATIO_ROUNDS {
+        let start = up(pit::read_channel2(hw));
+        let t0 = hw.rdtsc();
+        let mut advanced = 0;
+        for _ in 0..MAX_RATIO_READS {
+            advanced = up(pit::read_channel2(hw)).wrapping_sub(start) % WRAP_TICKS;
+            if advanced >= RATIO_TICKS {
+                break;
+            }
+        }
+        if advanced < RATIO_TICKS {
+            return Err(PitError::TooSlow { ticks: advanced });
+        }
+        let tsc = hw.rdtsc().wrapping_sub(t0);
+        let per = (tsc as u128 * ticks as u128 / advanced as u128).min(u64::MAX as u128);
+        best = best.min(per as u64);
+    }
+    Ok(best)
+}
+
+impl<H: Hardware> ClockSource for Pit<H> {
+    fn name(&self) -> &'static str {
+        "pit"
+    }
+
+    /// A counter latch command and two byte reads (three port accesses),
+    /// serialised across CPUs. If the lock stays taken (another CPU is mid
+    /// read, or an interrupt handler on this CPU interrupted a read) the
+    /// last extended value is returned: time stalls for one read instead
+    /// of spinning without bound.
+    fn read(&self) -> u64 {
+        for _ in 0..LOCK_SPINS {
+            if self
+                .busy
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                let v = self.read_locked();
+                self.busy.store(false, Ordering::Release);
+                return v;
+            }
+            core::hint::spin_loop();
+        }
+        self.ext.last()
+    }
+
+    fn frequency(&self) -> Frequency {
+        PIT_FREQUENCY
+    }
+
+    fn quality(&self) -> Quality {
+        if self.role.is_clock() {
+            CLOCK_QUALITY
+        } else {
+            Quality::UNUSABLE
+        }
+    }
+
+    fn stability(&self) -> Stability {
+        self.stability
+    }
+
+    fn read_cost(&self) -> ReadCost {
+        ReadCost::SeveralTraps
+    }
+
+    fn max_read_interval(&self) -> Option<u64> {
+        Some(self.ext.max_read_interval())
+    }
+}
+
+impl<H: Hardware> fmt::Debug for Pit<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pit")
+            .field("role", &self.role)
+            .field("overruns", &self.overruns())
+            .finish()
+    }
+}

@@ -1,0 +1,302 @@
+//! # clockhal-rtc
+//!
+//! Wall-clock time from the CMOS real-time clock (MC146818 and its
+//! chipset descendants, QEMU's `mc146818rtc`): what a kernel needs to put a
+//! date on its monotonic clock at boot.
+//!
+//! [`Rtc::read`] returns a validated [`RtcTime`]:
+//! - **Encoding** from status B: BCD or binary (bit 2), 24- or 12-hour
+//!   (bit 1; in 12-hour mode bit 7 of the hour is PM, and 12 AM is
+//!   midnight).
+//! - **Update-in-progress rule**: status A bit 7 (UIP) is raised 244 µs
+//!   before the registers change and stays up through the update (up to
+//!   1984 µs more on an MC146818; QEMU updates at the edge). A read waits
+//!   for UIP to clear, reads every register, and repeats until two
+//!   consecutive reads agree (all bounded).
+//! - **Century** from the register the FADT's CENTURY field names
+//!   ([`clockhal_x86::acpi::RtcInfo`]); without one, or if it holds no
+//!   valid century, years 70–99 are 19xx and 00–69 are 20xx
+//!   ([`PIVOT_YEAR`]); [`RtcTime::century`] says which.
+//! - **Validation** of every field: non-BCD nibbles, out-of-range values
+//!   and days the month does not have are [`RtcError::BadField`], never a
+//!   panic or a wrong date. A dead battery (status D VRT clear), inhibited
+//!   updates (status B SET) and an absent device are errors too.
+//! - **Unix time** with [`RtcTime::unix_seconds`] (own days-from-civil; the
+//!   RTC is taken as UTC).
+//!
+//! [`Rtc::read_at_second_edge`] additionally waits (bounded, up to a
+//! second) for the next second edge, timed on the caller's nanosecond
+//! clock: the returned [`RtcEdge`] says at which instant of that clock the
+//! RTC's second began, so the boot wall time is known to the poll interval
+//! rather than to a second.
+//!
+//! Port use: index writes to 0x70 and data reads from 0x71 through
+//! [`clockhal_x86::cmos`] (never status C, never a data write), with the
+//! NMI-disable bit the OS chooses ([`RtcOptions::nmi`]). The OS keeps other
+//! CMOS users off while these calls run.
+//!
+//! ```
+//! use clockhal_rtc::{Century, Rtc, RtcOptions};
+//! use clockhal_sim::SimMachine;
+//!
+//! let m = SimMachine::qemu_tcg(); // QEMU's RTC: 2026-12-01 12:34:56.25 UTC
+//! let opts = RtcOptions { century_index: Some(0x32), ..RtcOptions::default() };
+//! let rtc = Rtc::new(&m, &opts).unwrap();
+//! let t = rtc.read().unwrap();
+//! assert_eq!(t.to_string(), "2026-12-01T12:34:56Z");
+//! assert_eq!(t.unix_seconds(), 1_796_128_496);
+//! assert_eq!(t.century, Century::Register(0x32));
+//!
+//! // Aligned to the next second edge, timed on the caller's clock (here
+//! // the machine's own nanoseconds):
+//! let edge = rtc.read_at_second_edge(|| m.now_ns(), 1_100_000_000).unwrap();
+//! assert_eq!(edge.time.unix_seconds(), 1_796_128_497);
+//! let true_edge = 1_000_000_000 + 750_000_000; // power-on at 1 s, .25 past
+//! assert!(edge.at_ns.abs_diff(true_edge) <= edge.uncertainty_ns);
+//! assert!(edge.uncertainty_ns < 10_000);
+//! ```
+#![no_std]
+#![forbid(unsafe_code)]
+
+mod civil;
+mod decode;
+mod error;
+
+pub use decode::{Century, RtcFormat, RtcTime, PIVOT_YEAR};
+pub use error::{Field, RtcError};
+
+use clockhal_x86::cmos::{self, NmiBit};
+use clockhal_x86::Hardware;
+use decode::Raw;
+
+/// CMOS register indices.
+mod reg {
+    pub const SECONDS: u8 = 0x00;
+    pub const MINUTES: u8 = 0x02;
+    pub const HOURS: u8 = 0x04;
+    pub const DAY: u8 = 0x07;
+    pub const MONTH: u8 = 0x08;
+    pub const YEAR: u8 = 0x09;
+    pub const STATUS_A: u8 = 0x0A;
+    pub const STATUS_B: u8 = 0x0B;
+    pub const STATUS_D: u8 = 0x0D;
+    /// First index past the clock and status registers.
+    pub const RAM_START: u8 = 0x0E;
+}
+
+/// Status A bit 7: update in progress.
+const A_UIP: u8 = 0x80;
+/// Status B bit 7: updates inhibited.
+const B_SET: u8 = 0x80;
+/// Status D bit 7: valid RAM and time.
+const D_VRT: u8 = 0x80;
+
+/// How long before an update UIP rises: 8 periods of the 32.768 kHz time
+/// base, 244.140625 µs (MC146818 data sheet; QEMU's `UIP_HOLD_LENGTH`).
+pub const UIP_LEAD_NS: u64 = 244_141;
+
+/// UIP polls before [`RtcError::UpdateStuck`]: UIP stays up at most
+/// 244 + 1984 µs, and one poll (two port accesses) takes at least ~0.1 µs
+/// (QEMU TCG: ~56 ns per access; an ISA bus: ~1 µs).
+const MAX_UIP_POLLS: u32 = 50_000;
+/// Full register reads before [`RtcError::Unstable`].
+const MAX_SNAPSHOTS: u32 = 8;
+/// UIP polls while waiting for a second edge: a backstop behind the
+/// caller's deadline (a second is ~9,000,000 polls under QEMU TCG).
+const MAX_EDGE_POLLS: u32 = 100_000_000;
+/// Polls after which a caller's clock that has not moved counts as stopped
+/// (≥ 11 ms even at TCG's ~112 ns per poll).
+const STOPPED_CLOCK_POLLS: u32 = 100_000;
+
+/// How to read the RTC.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RtcOptions {
+    /// CMOS index of the century register: the FADT's CENTURY field
+    /// (`clockhal_x86::acpi::discover(..).rtc`), `None` when it is 0 or
+    /// there are no ACPI tables.
+    pub century_index: Option<u8>,
+    /// Bit 7 of every index write (NMI disable).
+    pub nmi: NmiBit,
+}
+
+/// A second edge of the RTC, timed on the caller's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RtcEdge {
+    /// The second that began at the edge.
+    pub time: RtcTime,
+    /// The caller's clock (ns) at the edge: the midpoint of the polls that
+    /// saw UIP rise, plus [`UIP_LEAD_NS`].
+    pub at_ns: u64,
+    /// Half the width of that window: the edge is within
+    /// `at_ns ± uncertainty_ns`.
+    pub uncertainty_ns: u64,
+}
+
+impl RtcEdge {
+    /// Unix time in ns at instant `t_ns` of the caller's clock (the clock
+    /// [`Rtc::read_at_second_edge`] was given): the edge's second plus the
+    /// time elapsed since [`at_ns`](Self::at_ns). Saturates at 0.
+    pub fn unix_ns_at(&self, t_ns: u64) -> u64 {
+        let at_edge = self.time.unix_seconds().saturating_mul(1_000_000_000);
+        if t_ns >= self.at_ns {
+            at_edge.saturating_add(t_ns - self.at_ns)
+        } else {
+            at_edge.saturating_sub(self.at_ns - t_ns)
+        }
+    }
+}
+
+/// The CMOS RTC.
+#[derive(Debug)]
+pub struct Rtc<H: Hardware> {
+    hw: H,
+    options: RtcOptions,
+}
+
+impl<H: Hardware> Rtc<H> {
+    /// An RTC reader. Touches no hardware; fails only when
+    /// `options.century_index` is not a CMOS RAM register (0x0E..=0x7F):
+    /// pass `None` to fall back to the [`PIVOT_YEAR`] rule.
+    pub fn new(hw: H, options: &RtcOptions) -> Result<Rtc<H>, RtcError> {
+        if let Some(i) = options.century_index {
+            if !(reg::RAM_START..0x80).contains(&i) {
+                return Err(RtcError::BadCenturyIndex(i));
+            }
+        }
+        Ok(Rtc {
+            hw,
+            options: *options,
+        })
+    }
+
+    /// The hardware handle.
+    pub fn hardware(&self) -> &H {
+        &self.hw
+    }
+
+    /// Reads the date and time (see the crate docs for the rules). Takes
+    /// a few dozen port accesses, plus up to 2.2 ms when an update is in
+    /// progress.
+    pub fn read(&self) -> Result<RtcTime, RtcError> {
+        self.check_state()?;
+        let mut prev = self.snapshot()?;
+        for _ in 1..MAX_SNAPSHOTS {
+            let next = self.snapshot()?;
+            if next == prev {
+                return decode::decode(&next, self.options.century_index);
+            }
+            prev = next;
+        }
+        Err(RtcError::Unstable)
+    }
+
+    /// Waits for the RTC's next second edge and returns the second that
+    /// began there with the instant, on the caller's clock `now_ns`
+    /// (nanoseconds, e.g. the selected clock's `now()`), at which it began.
+    ///
+    /// Method: wait until UIP is low, poll until it rises (taking `now_ns`
+    /// around every poll), place the edge [`UIP_LEAD_NS`] after the middle
+    /// of the rise window, then [`read`](Self::read). Gives up with
+    /// [`RtcError::NoUpdateEdge`] after `max_wait_ns` of the caller's clock
+    /// (pass a bit over a second), when that clock stands still for 100,000
+    /// polls, or after 100,000,000 polls; and with [`RtcError::EdgeLost`]
+    /// if the read ended too late to be sure it shows the edge's second.
+    pub fn read_at_second_edge(
+        &self,
+        mut now_ns: impl FnMut() -> u64,
+        max_wait_ns: u64,
+    ) -> Result<RtcEdge, RtcError> {
+        self.check_state()?;
+        let start = now_ns();
+        let deadline = start.saturating_add(max_wait_ns);
+        let (mut polls, mut moved_at, mut last) = (0u32, 0u32, start);
+        let mut give_up = |t: u64| {
+            polls += 1;
+            if t != last {
+                (moved_at, last) = (polls, t);
+            }
+            polls > MAX_EDGE_POLLS || polls - moved_at > STOPPED_CLOCK_POLLS || t > deadline
+        };
+        // UIP low first, so that its rise is seen. `zero_at` is the caller's
+        // time just before the latest poll that read UIP low.
+        let mut zero_at = loop {
+            let t = now_ns();
+            if !self.uip() {
+                break t;
+            }
+            if give_up(t) {
+                return Err(RtcError::NoUpdateEdge);
+            }
+        };
+        let rise_by = loop {
+            let t = now_ns();
+            if self.uip() {
+                break now_ns();
+            }
+            zero_at = t;
+            if give_up(t) {
+                return Err(RtcError::NoUpdateEdge);
+            }
+        };
+        // Saturating: the caller's clock is not trusted to be sane either.
+        let from = zero_at.min(rise_by);
+        let half = (rise_by - from) / 2;
+        let at_ns = from.saturating_add(half).saturating_add(UIP_LEAD_NS);
+        let time = self.read()?;
+        // The read must have finished before the next rise could have
+        // started another update.
+        let next_rise = at_ns.saturating_add(1_000_000_000 - UIP_LEAD_NS);
+        if now_ns().saturating_add(half) >= next_rise {
+            return Err(RtcError::EdgeLost);
+        }
+        Ok(RtcEdge {
+            time,
+            at_ns,
+            uncertainty_ns: half,
+        })
+    }
+
+    fn cmos(&self, index: u8) -> u8 {
+        // Every index used here is below 0x80 and not status C.
+        cmos::read(&self.hw, index, self.options.nmi).unwrap_or(0xFF)
+    }
+
+    fn uip(&self) -> bool {
+        self.cmos(reg::STATUS_A) & A_UIP != 0
+    }
+
+    /// Present, powered and running.
+    fn check_state(&self) -> Result<(), RtcError> {
+        let (a, b) = (self.cmos(reg::STATUS_A), self.cmos(reg::STATUS_B));
+        if a == 0xFF && b == 0xFF {
+            return Err(RtcError::NoDevice);
+        }
+        if self.cmos(reg::STATUS_D) & D_VRT == 0 {
+            return Err(RtcError::InvalidTime);
+        }
+        if b & B_SET != 0 {
+            return Err(RtcError::Halted);
+        }
+        Ok(())
+    }
+
+    /// Waits (bounded) for UIP low, then reads every register: inside the
+    /// 244 µs that UIP low guarantees before the next update.
+    fn snapshot(&self) -> Result<Raw, RtcError> {
+        if !(0..MAX_UIP_POLLS).any(|_| !self.uip()) {
+            return Err(RtcError::UpdateStuck);
+        }
+        Ok(Raw {
+            second: self.cmos(reg::SECONDS),
+            minute: self.cmos(reg::MINUTES),
+            hour: self.cmos(reg::HOURS),
+            day: self.cmos(reg::DAY),
+            month: self.cmos(reg::MONTH),
+            year: self.cmos(reg::YEAR),
+            century: self.options.century_index.map(|i| self.cmos(i)),
+            status_b: self.cmos(reg::STATUS_B),
+        })
+    }
+}

@@ -1,0 +1,370 @@
+//! Per-CPU read state: each CPU's validated [`TscMap`] and its monotonic
+//! floor, one cache line per CPU.
+
+use crate::TscMap;
+use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+/// A reading served from a [`PerCpuSlots`] cache by
+/// [`PerCpuSlots::read_cached`], before any floor is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CachedRead {
+    /// Nanoseconds from the cached map.
+    pub ns: u64,
+    /// The entry carried [`SlotEntry::ORDERED`].
+    pub ordered: bool,
+}
+
+/// How many CPUs get a slot of their own. CPU indices at or above
+/// `PER_CPU_SLOTS - 1` share the last slot, which is then updated with
+/// locked instructions only (correct, but its cache line is shared).
+pub const PER_CPU_SLOTS: usize = 64;
+
+/// A cached, validated map and what it is valid for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotEntry {
+    /// The source's token the map was derived from (pvclock version,
+    /// Hyper-V sequence, ...): the read path compares it with the source.
+    pub tag: u32,
+    /// The owner's epoch (e.g. the clock's source generation); 0 never
+    /// matches a live owner, so it marks an invalidated slot.
+    pub epoch: u32,
+    /// TSC ticks to nanoseconds.
+    pub map: TscMap,
+    /// Readings above this are not returned from the cache: the slow path
+    /// decides about them (wrap-around of the map, an implausible jump, a
+    /// supervision deadline).
+    pub limit: u64,
+}
+
+/// One CPU's read state: a [`SlotEntry`] under a seqlock, and the largest
+/// value the CPU has returned (its floor). Exactly one cache line, so the
+/// read path of one CPU never shares a written line with another.
+///
+/// The entry is written rarely (when the source's parameters change) with
+/// [`store`](Self::store), read on every clock read with
+/// [`load`](Self::load) and [`unchanged`](Self::unchanged). A writer that
+/// finds another writer active gives up rather than wait, so a reader in an
+/// interrupt handler that preempted a writer on the same CPU never blocks:
+/// it computes its value without the cache.
+///
+/// ```
+/// use clockhal_core::{Frequency, MapSlot, Scale, SlotEntry, TscMap};
+/// let slot = MapSlot::new();
+/// assert!(slot.load().is_none()); // never filled
+/// let map = TscMap::through(&Scale::new(Frequency::from_hz(1_000_000_000).unwrap()), 0, 0);
+/// assert!(slot.store(&SlotEntry { tag: 2, epoch: 1, map, limit: u64::MAX }));
+/// let (seq, e) = slot.load().unwrap();
+/// let ns = e.map.apply(1_234);
+/// assert!(slot.unchanged(seq));
+/// assert_eq!(ns, 1_234);
+/// ```
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct MapSlot {
+    seq: AtomicU32,
+    tag: AtomicU32,
+    epoch: AtomicU32,
+    _reserved: AtomicU32,
+    int: AtomicU64,
+    frac: AtomicU64,
+    add_lo: AtomicU64,
+    add_hi: AtomicU64,
+    limit: AtomicU64,
+    floor: AtomicU64,
+}
+
+const _: () = assert!(core::mem::size_of::<MapSlot>() == 64);
+
+impl Default for MapSlot {
+    fn default() -> Self {
+        MapSlot::new()
+    }
+}
+
+impl SlotEntry {
+    /// Epoch bit of an entry whose readings the source orders across CPUs
+    /// itself; owners use even epochs and set this bit per entry.
+    pub const ORDERED: u32 = 1;
+}
+
+impl MapSlot {
+    /// An empty slot (no entry, floor 0).
+    pub const fn new() -> MapSlot {
+        MapSlot {
+            seq: AtomicU32::new(0),
+            tag: AtomicU32::new(0),
+            epoch: AtomicU32::new(0),
+            _reserved: AtomicU32::new(0),
+            int: AtomicU64::new(0),
+            frac: AtomicU64::new(0),
+            add_lo: AtomicU64::new(0),
+            add_hi: AtomicU64::new(0),
+            limit: AtomicU64::new(0),
+            floor: AtomicU64::new(0),
+        }
+    }
+
+    /// The cached entry and the sequence it was read under, or `None` if
+    /// the slot was never filled or a writer is active. Pair with
+    /// [`unchanged`](Self::unchanged) after using the entry.
+    #[inline(always)]
+    pub fn load(&self) -> Option<(u32, SlotEntry)> {
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq & 1 != 0 || seq == 0 {
+            return None;
+        }
+        let r = Ordering::Relaxed;
+        let add = (self.add_hi.load(r) as u128) << 64 | self.add_lo.load(r) as u128;
+        Some((
+            seq,
+            SlotEntry {
+                tag: self.tag.load(r),
+                epoch: self.epoch.load(r),
+                map: TscMap::from_words(self.int.load(r), self.frac.load(r), add),
+                limit: self.limit.load(r),
+            },
+        ))
+    }
+
+    /// Whether the entry [`load`](Self::load) returned under `seq` is still
+    /// the slot's: every load made since (the entry's fields, and whatever
+    /// the caller read in between) is ordered before this check.
+    #[inline(always)]
+    pub fn unchanged(&self, seq: u32) -> bool {
+        fence(Ordering::Acquire);
+        self.seq.load(Ordering::Relaxed) == seq
+    }
+
+    /// Replaces the entry. `false`, changing nothing, when another writer is
+    /// active (the caller uses its value uncached; it never waits).
+    pub fn store(&self, e: &SlotEntry) -> bool {
+        let seq = self.seq.load(Ordering::Relaxed);
+        if seq & 1 != 0
+            || self
+                .seq
+                .compare_exchange(
+                    seq,
+                    seq.wrapping_add(1),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return false;
+        }
+        fence(Ordering::Release);
+        let r = Ordering::Relaxed;
+        let (int, frac, add) = e.map.to_words();
+        self.tag.store(e.tag, r);
+        self.epoch.store(e.epoch, r);
+        self.int.store(int, r);
+        self.frac.store(frac, r);
+        self.add_lo.store(add as u64, r);
+        self.add_hi.store((add >> 64) as u64, r);
+        self.limit.store(e.limit, r);
+        // Skip 0 ("never filled") when the counter wraps.
+        let next = match seq.wrapping_add(2) {
+            0 => 2,
+            n => n,
+        };
+        self.seq.store(next, Ordering::Release);
+        true
+    }
+
+    /// Makes the next [`load`](Self::load) return an entry with epoch 0
+    /// (which matches no live owner). `false` if a writer was active.
+    pub fn invalidate(&self) -> bool {
+        self.store(&SlotEntry {
+            tag: 0,
+            epoch: 0,
+            map: TscMap::from_words(0, 0, 0),
+            limit: 0,
+        })
+    }
+
+    /// The largest value this CPU returned; raise it with the OS's
+    /// CPU-local max (`Hardware::fetch_max_local` in clockhal-x86), or with
+    /// `fetch_max` when the slot is shared.
+    #[inline(always)]
+    pub fn floor(&self) -> &AtomicU64 {
+        &self.floor
+    }
+}
+
+/// One [`MapSlot`] per CPU (see [`PER_CPU_SLOTS`] for CPUs beyond that).
+#[derive(Debug)]
+pub struct PerCpuSlots {
+    slots: [MapSlot; PER_CPU_SLOTS],
+}
+
+impl Default for PerCpuSlots {
+    fn default() -> Self {
+        PerCpuSlots::new()
+    }
+}
+
+impl PerCpuSlots {
+    /// All slots empty.
+    pub const fn new() -> PerCpuSlots {
+        PerCpuSlots {
+            slots: [const { MapSlot::new() }; PER_CPU_SLOTS],
+        }
+    }
+
+    /// The slot of CPU `cpu`, and whether it is that CPU's alone (`false`
+    /// for the shared overflow slot: update its floor with locked
+    /// instructions).
+    #[inline(always)]
+    pub fn get(&self, cpu: usize) -> (&MapSlot, bool) {
+        let last = PER_CPU_SLOTS - 1;
+        if cpu < last {
+            (&self.slots[cpu], true)
+        } else {
+            (&self.slots[last], false)
+        }
+    }
+
+    /// The read path of every TSC-based source: CPU `cpu`'s cached map, if
+    /// it is of `epoch` and its tag equals the source's current token
+    /// (`tag()`, e.g. the pvclock version) both before and after the TSC is
+    /// read (`tsc()`), and the reading is within the entry's limit. `None`
+    /// sends the caller to its slow path. No write, no shared line: one
+    /// cache line of this CPU's, plus what `tag` loads.
+    #[inline(always)]
+    pub fn read_cached(
+        &self,
+        cpu: usize,
+        epoch: u32,
+        tag: impl Fn() -> Option<u32>,
+        tsc: impl FnOnce() -> u64,
+    ) -> Option<CachedRead> {
+        let (slot, _) = self.get(cpu);
+        let (seq, e) = slot.load()?;
+        if e.epoch & !SlotEntry::ORDERED != epoch || tag()? != e.tag {
+            return None;
+        }
+        let t = tsc();
+        if !slot.unchanged(seq) || tag()? != e.tag {
+            return None;
+        }
+        let ns = e.map.apply(t);
+        if ns > e.limit {
+            return None;
+        }
+        Some(CachedRead {
+            ns,
+            ordered: e.epoch & SlotEntry::ORDERED != 0,
+        })
+    }
+
+    /// Raises CPU `cpu`'s floor to `value` and returns the result: with
+    /// `local` (the OS's interrupt-safe CPU-local max) on a slot of its own,
+    /// with a locked `fetch_max` on the shared overflow slot.
+    #[inline(always)]
+    pub fn raise(&self, cpu: usize, value: u64, local: impl FnOnce(&AtomicU64, u64) -> u64) -> u64 {
+        let (slot, own) = self.get(cpu);
+        if own {
+            local(slot.floor(), value)
+        } else {
+            slot.floor().fetch_max(value, Ordering::AcqRel).max(value)
+        }
+    }
+
+    /// CPU `cpu`'s floor (the largest value it returned).
+    #[inline(always)]
+    pub fn floor_of(&self, cpu: usize) -> u64 {
+        self.get(cpu).0.floor().load(Ordering::Acquire)
+    }
+
+    /// Every slot, e.g. to find the largest floor or invalidate all.
+    pub fn iter(&self) -> impl Iterator<Item = &MapSlot> {
+        self.slots.iter()
+    }
+
+    /// The largest floor of any CPU: an upper bound of every value
+    /// returned so far (as far as the floors recorded them).
+    pub fn max_floor(&self) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| s.floor.load(Ordering::Acquire))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Invalidates every slot's entry (floors stay). A slot whose writer is
+    /// active is skipped: its writer's entry carries the old epoch anyway.
+    pub fn invalidate_all(&self) {
+        for s in &self.slots {
+            s.invalidate();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Frequency, Scale};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    fn entry(tag: u32, ns0: u64) -> SlotEntry {
+        let s = Scale::new(Frequency::from_hz(1_000_000_000).unwrap());
+        SlotEntry {
+            tag,
+            epoch: 1,
+            map: TscMap::through(&s, 0, ns0),
+            limit: u64::MAX,
+        }
+    }
+
+    #[test]
+    fn store_load_invalidate() {
+        let s = MapSlot::new();
+        assert!(s.load().is_none());
+        assert!(s.store(&entry(4, 10)));
+        let (seq, e) = s.load().unwrap();
+        assert_eq!(e, entry(4, 10));
+        assert!(s.unchanged(seq));
+        assert!(s.store(&entry(6, 20)));
+        assert!(!s.unchanged(seq));
+        assert!(s.invalidate());
+        assert_eq!(s.load().unwrap().1.epoch, 0);
+        let slots = PerCpuSlots::new();
+        assert!(slots.get(0).1 && !slots.get(PER_CPU_SLOTS - 1).1 && !slots.get(1000).1);
+        slots.get(3).0.floor().store(99, Ordering::Relaxed);
+        assert_eq!(slots.max_floor(), 99);
+    }
+
+    #[test]
+    fn readers_never_see_a_torn_entry() {
+        // Writer alternates two entries whose fields all differ; a reader
+        // that passes `unchanged` must see one of them whole.
+        let slot = Arc::new(MapSlot::new());
+        let (a, b) = (entry(2, 1_000), entry(4, 2_000_000_000_000));
+        slot.store(&a);
+        let stop = Arc::new(AtomicBool::new(false));
+        let w = {
+            let (slot, stop) = (slot.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    slot.store(if i % 2 == 0 { &b } else { &a });
+                    i += 1;
+                }
+            })
+        };
+        let reads = if cfg!(miri) { 200 } else { 200_000 };
+        let mut ok = 0;
+        for _ in 0..reads {
+            if let Some((seq, e)) = slot.load() {
+                if slot.unchanged(seq) {
+                    assert!(e == a || e == b, "torn: {e:?}");
+                    ok += 1;
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        w.join().unwrap();
+        assert!(ok > 0);
+    }
+}

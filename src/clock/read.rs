@@ -1,0 +1,214 @@
+//! `Clock::now()`: the read paths.
+//!
+//! The current source is dispatched statically. A TSC-based source (the
+//! TSC, kvmclock, the Hyper-V page) is read through the calling CPU's
+//! cached [`TscMap`] — the backend's validated map shifted onto the clock's
+//! timeline — so a read is: this CPU's slot (one cache line), the source's
+//! token (the pvclock version, the page sequence), `rdtsc`, one multiply,
+//! and an interrupt-safe raise of this CPU's floor. Everything else (a
+//! changed token, a reading past the slot's limit, a trapping device) takes
+//! the slow path, which never blocks: a read from an interrupt handler that
+//! preempted a writer on the same CPU computes its value without the cache.
+
+use super::{Clock, REVALIDATE_NS};
+use crate::{Demotion, SourceId};
+use clockhal_core::{SlotEntry, TscMap};
+use clockhal_x86::Hardware;
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+
+/// The state word's source index bits.
+pub(crate) const ID_MASK: u32 = 0xFF;
+
+/// A validated map of a TSC-based source now.
+pub(crate) struct MapNow {
+    /// The source's token it is valid for.
+    pub(crate) tag: u32,
+    /// TSC ticks to the source's own nanoseconds.
+    pub(crate) map: TscMap,
+    /// The source orders readings across CPUs itself.
+    pub(crate) ordered: bool,
+    /// The TSC value sampled with it.
+    pub(crate) tsc: u64,
+}
+
+/// A TSC-based source as the clock reads it.
+pub(crate) trait Mapped {
+    /// The source's current token for `cpu` (one load), `None` if it has
+    /// none (no area).
+    fn tag(&self, cpu: usize) -> Option<u32>;
+    /// Its validated map now (the backend judges new parameters).
+    fn map_now(&self, cpu: usize) -> Option<MapNow>;
+    /// The best value without a map, in the source's own nanoseconds (the
+    /// Hyper-V page's MSR fallback), if any.
+    fn fallback_ns(&self, cpu: usize) -> Option<u64>;
+}
+
+impl<H: Hardware + Clone> Clock<H> {
+    /// The clock's nanoseconds now (see [`Clock::now`]).
+    #[inline(always)]
+    pub(crate) fn now_ns(&self) -> u64 {
+        let st = self.state.load(Acquire);
+        let cpu = self.hw.cpu_index();
+        let b = &self.backends;
+        match SourceId::from_index((st & ID_MASK) as usize) {
+            Some(SourceId::Kvmclock) => self.read_mapped(b.kvmclock_mapped(), st, cpu),
+            Some(SourceId::HypervPage) => self.read_mapped(b.hyperv_page_mapped(), st, cpu),
+            Some(SourceId::Tsc) => self.read_mapped(b.tsc_mapped(), st, cpu),
+            _ => self.read_device(st, cpu),
+        }
+    }
+
+    /// A TSC-based current source: this CPU's cached map, else the slow path.
+    #[inline(always)]
+    fn read_mapped<M: Mapped>(&self, m: Option<&M>, st: u32, cpu: usize) -> u64 {
+        let Some(m) = m else {
+            return self.read_device(st, cpu);
+        };
+        // The token, that no switch began, and that the reader still runs
+        // on `cpu` (a kernel that migrates threads mid-read gets a retry).
+        let tag = || {
+            if self.state.load(Relaxed) == st && self.hw.cpu_index() == cpu {
+                m.tag(cpu)
+            } else {
+                None
+            }
+        };
+        match self
+            .slots
+            .read_cached(cpu, st << 1, tag, || self.hw.rdtsc_ordered())
+        {
+            Some(r) => self.raise(cpu, r.ordered, r.ns),
+            None => self.mapped_slow(m, st, cpu),
+        }
+    }
+
+    /// Raises `ns` to the floors that apply: this CPU's always, and the
+    /// global clamp for a source that does not order readings across CPUs.
+    #[inline(always)]
+    pub(crate) fn raise(&self, cpu: usize, ordered: bool, ns: u64) -> u64 {
+        let v = if ordered { ns } else { self.clamp.clamp(ns) };
+        self.slots
+            .raise(cpu, v, |cell, v| self.hw.fetch_max_local(cell, v))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn mapped_slow<M: Mapped>(&self, m: &M, st: u32, cpu: usize) -> u64 {
+        let id = (st & ID_MASK) as usize;
+        let offset = self.offsets[id].load(Acquire);
+        let (v, ordered) = match m.map_now(cpu) {
+            Some(now) => {
+                let map = now.map.offset_by(offset);
+                let v = map.apply(now.tsc);
+                if !now.ordered {
+                    // Leaving the source's own order for the clamp's.
+                    self.clamp.clamp(self.slots.max_floor());
+                }
+                if !self.plausible(v) {
+                    return self.hold(cpu);
+                }
+                let limit = v
+                    .saturating_add(REVALIDATE_NS)
+                    .min(self.ceiling.load(Acquire))
+                    .min(self.deadline.load(Acquire));
+                if self.state.load(Acquire) == st {
+                    let ordered_bit = if now.ordered { SlotEntry::ORDERED } else { 0 };
+                    self.slots.get(cpu).0.store(&SlotEntry {
+                        tag: now.tag,
+                        epoch: (st << 1) | ordered_bit,
+                        map,
+                        limit,
+                    });
+                }
+                (v, now.ordered)
+            }
+            None => match m.fallback_ns(cpu) {
+                Some(ns) => (ns.wrapping_add(offset), false),
+                None => return self.hold(cpu),
+            },
+        };
+        self.after_fresh(v);
+        self.raise(cpu, ordered, v)
+    }
+
+    /// A device (HPET, PM timer, Hyper-V MSR, an OS-supplied source): one
+    /// read, scaled onto the timeline from the base set when it became
+    /// current.
+    #[inline(never)]
+    fn read_device(&self, st: u32, cpu: usize) -> u64 {
+        let id = (st & ID_MASK) as usize;
+        let (Some(src), Some(scale)) = (
+            SourceId::from_index(id).and_then(|i| self.backends.source(i)),
+            self.scales[id],
+        ) else {
+            return self.hold(cpu);
+        };
+        let ticks = src.read();
+        let (base_ticks, base_ns) = (
+            self.base_ticks[id].load(Acquire),
+            self.base_ns[id].load(Acquire),
+        );
+        if self.state.load(Acquire) != st {
+            // A switch raced this read: read the new source.
+            return self.now_ns();
+        }
+        let v = base_ns.saturating_add(scale.ticks_to_ns(ticks.saturating_sub(base_ticks)));
+        if !self.plausible(v) {
+            return self.hold(cpu);
+        }
+        self.after_fresh(v);
+        self.raise(cpu, self.ordered[id], v)
+    }
+
+    /// No fresh value: not earlier than anything this CPU, or through the
+    /// clamp any CPU, returned. Counted; after
+    /// [`STUCK_READS`](super::STUCK_READS) in a row the clock switches
+    /// away from the source on its own (without waiting for a watchdog
+    /// tick), so it never freezes for good.
+    #[cold]
+    pub(crate) fn hold(&self, cpu: usize) -> u64 {
+        let held = self.held.fetch_add(1, Relaxed).saturating_add(1);
+        if held >= super::STUCK_READS {
+            self.held.store(0, Relaxed);
+            self.demote_current(Demotion::Stuck { held_reads: held });
+        }
+        let v = self.high_water();
+        self.raise(cpu, true, v)
+    }
+
+    /// A fresh value was produced: the run of held reads ends; a supervised
+    /// TSC past its deadline (no watchdog tick) is switched away from.
+    #[inline]
+    fn after_fresh(&self, v: u64) {
+        if self.held.load(Relaxed) != 0 {
+            self.held.store(0, Relaxed);
+        }
+        if v > self.deadline.load(Acquire) {
+            self.demote_current(Demotion::Unsupervised);
+        }
+    }
+
+    /// Whether `v` may be returned: at most the ceiling (the last instant
+    /// the watchdog verified, plus [`Settings::max_jump`](super::Settings)),
+    /// or further, when an independent 64-bit reference confirms that the
+    /// time really passed (then the ceiling moves). A reading that jumps
+    /// beyond what the reference explains is a fault of the source: it is
+    /// not returned, and the source is demoted.
+    fn plausible(&self, v: u64) -> bool {
+        if v <= self.ceiling.load(Acquire) {
+            return true;
+        }
+        match self.verify_jump(v) {
+            Ok(()) => true,
+            Err(excess_ns) => {
+                self.demote_current(Demotion::Jumped { excess_ns });
+                false
+            }
+        }
+    }
+
+    /// Raises the ceiling (never lowers it).
+    pub(crate) fn raise_ceiling(&self, to: u64) {
+        self.ceiling.fetch_max(to, AcqRel);
+    }
+}

@@ -1,0 +1,503 @@
+//! `Clock::watchdog_tick()`: cross-checking every source at run time, and
+//! switching away from one that fails.
+//!
+//! Each tick reads every constructed, non-demoted source once, between two
+//! readings of a *reference* (the best other source whose correctness does
+//! not rest on supervision), and hands the round to
+//! [`clockhal_core::Watchdog`], which decides *who* is wrong (see its docs:
+//! a majority of independent counters with three or more members; with
+//! two, only evidence that points at one of them). Reading every source
+//! each tick also keeps every software-extended counter fed: an OS that
+//! ticks at the documented period and otherwise idles loses no wrap.
+
+use super::{Clock, SWITCH_MARGIN_NS};
+use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
+use clockhal_core::{
+    CounterDomain, Judgement, Member, MemberVerdict, Outcome, Round, Stability, Watchdog,
+    MAX_MEMBERS,
+};
+use clockhal_x86::Hardware;
+use core::sync::atomic::Ordering;
+
+/// The watchdog's state, under the clock's watchdog lock.
+pub(crate) struct State {
+    /// The comparison over the current members, and which source each is.
+    core: Option<(Watchdog, [Option<SourceId>; MAX_MEMBERS])>,
+    /// Backend host-fault counters at the previous tick.
+    faults_seen: [u64; MAX_CANDIDATES],
+    /// For the jump check: a clock instant and an independent 64-bit
+    /// reference's ticks then.
+    anchor: Option<(u64, SourceId, u64)>,
+}
+
+impl State {
+    pub(crate) const fn new() -> State {
+        State {
+            core: None,
+            faults_seen: [0; MAX_CANDIDATES],
+            anchor: None,
+        }
+    }
+}
+
+/// What one [`Clock::watchdog_tick`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum WatchdogEvent {
+    /// Another `watchdog_tick` is running (on another CPU): nothing done.
+    Busy,
+    /// Fewer than two sources to compare: nothing checked (the current
+    /// source's counter was still read, so its extension stays fed).
+    Inactive,
+    /// The hypervisor paused the guest: this interval was skipped (the
+    /// jump is legitimate), strikes were kept.
+    GuestStopped,
+    /// The baseline was restarted (on request, or after a change of the
+    /// sources compared).
+    Restarted,
+    /// A round was judged.
+    Judged {
+        /// The current source.
+        source: SourceId,
+        /// The round's reference.
+        reference: SourceId,
+        /// The round's outcome.
+        outcome: Outcome,
+        /// The current source's verdict.
+        verdict: MemberVerdict,
+    },
+    /// The current source was demoted and the clock switched to another,
+    /// continuing above every instant returned so far.
+    Switched {
+        /// The demoted source.
+        from: SourceId,
+        /// The new current source.
+        to: SourceId,
+        /// Why `from` was demoted.
+        reason: Demotion,
+    },
+    /// Another source (a voter or the reference) was found at fault and
+    /// demoted: it will not be selected, and the next round uses another
+    /// reference.
+    Demoted {
+        /// The demoted source.
+        source: SourceId,
+        /// Why.
+        reason: Demotion,
+        /// It was this round's reference.
+        was_reference: bool,
+    },
+}
+
+/// Which counter a source reads (sources of one domain vote once).
+fn domain(id: SourceId) -> CounterDomain {
+    match id {
+        SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc => CounterDomain::Tsc,
+        SourceId::HypervMsr => CounterDomain::HypervisorCounter,
+        SourceId::Hpet => CounterDomain::Hpet,
+        SourceId::AcpiPm => CounterDomain::AcpiPm,
+        SourceId::Pit => CounterDomain::Pit,
+        SourceId::Os => CounterDomain::HostOs,
+        _ => CounterDomain::Other(id.index() as u8),
+    }
+}
+
+impl<H: Hardware + Clone> Clock<H> {
+    /// Cross-checks every source and acts on the verdict.
+    ///
+    /// Call it periodically from one place (a timer), every 100 ms to 1 s
+    /// (250 ms is a good period): at least every
+    /// [`WatchdogConfig::min_interval`](clockhal_core::WatchdogConfig) for a
+    /// round to be judged, and more often than every software-extended
+    /// counter's read interval (a 24-bit PM timer: 2.3 s; a 32-bit HPET at
+    /// 100 MHz: 21 s; see the report's `ext` flag and
+    /// [`ClockSource::max_read_interval`](clockhal_core::ClockSource::max_read_interval))
+    /// — each tick reads every counter, so an OS that ticks and otherwise
+    /// idles loses no time. A supervised TSC stays selected only while the
+    /// ticks come ([`Platform::supervision_timeout`](crate::Platform::supervision_timeout)).
+    ///
+    /// Concurrent calls return [`WatchdogEvent::Busy`] rather than wait.
+    /// Bounded: one read per source, three tries at the reference window,
+    /// and on a switch two more reads.
+    pub fn watchdog_tick(&self) -> WatchdogEvent {
+        let Some(mut st) = self.watchdog.try_lock() else {
+            return WatchdogEvent::Busy;
+        };
+        let mut paused = false;
+        self.backends.each(|b| {
+            b.tick();
+            paused |= b.take_paused();
+        });
+        // Host faults the backends counted since the last tick.
+        if let Some(e) = self.judge_host_faults(&mut st) {
+            return e;
+        }
+        let restart = self.restart.swap(false, Ordering::AcqRel);
+        let report = *self.report.lock();
+        let cur = self.source_id();
+        // The members: every constructed, non-demoted source with a rate.
+        let sources = self.backends.sources();
+        let mut ids = [None; MAX_MEMBERS];
+        let mut members = [None; MAX_MEMBERS];
+        let mut n = 0;
+        for c in report.candidates() {
+            let (Verdict::Usable(d), Some(_)) = (c.verdict, sources[c.id.index()]) else {
+                continue;
+            };
+            if n == MAX_MEMBERS {
+                break;
+            }
+            ids[n] = Some(c.id);
+            members[n] = Some(Member {
+                rate: d.frequency,
+                domain: domain(c.id),
+                conditional: self.conditional(c.id),
+            });
+            n += 1;
+        }
+        let Some(cur_m) = ids.iter().position(|i| *i == Some(cur)) else {
+            // The current source is demoted (forced): just keep it fed.
+            if let Some(s) = self.backends.source(cur) {
+                let _ = s.read();
+            }
+            return WatchdogEvent::Inactive;
+        };
+        if n < 2 {
+            let _ = sources[cur.index()].map(|s| s.read());
+            st.core = None;
+            return WatchdogEvent::Inactive;
+        }
+        let same = st.core.as_ref().is_some_and(|(_, m)| *m == ids);
+        if !same || restart {
+            let list: [Member; MAX_MEMBERS] = core::array::from_fn(|i| {
+                members[i].unwrap_or(Member {
+                    rate: members[0].map_or(
+                        clockhal_core::Frequency::from_hz(1).unwrap_or_else(|_| unreachable!()),
+                        |m| m.rate,
+                    ),
+                    domain: CounterDomain::Other(255),
+                    conditional: true,
+                })
+            });
+            st.core = Some((Watchdog::new(&list[..n], self.settings.watchdog), ids));
+        }
+        // The reference: the best other member that needs no supervision,
+        // preferring a counter of another domain than the current one.
+        let reference = (0..n)
+            .filter(|&i| i != cur_m)
+            .max_by_key(|&i| {
+                let id = ids[i].unwrap_or(SourceId::Extra);
+                let m = members[i].unwrap_or_else(|| unreachable!());
+                let rating = report
+                    .get(id)
+                    .and_then(|c| c.rating())
+                    .map_or(i32::MIN, |q| q.get());
+                (!m.conditional, m.domain != domain(cur), rating)
+            })
+            .unwrap_or(0);
+        let (Some(ref_id), Some((core, _))) = (ids[reference], st.core.as_mut()) else {
+            return WatchdogEvent::Inactive;
+        };
+        let Some(ref_src) = sources[ref_id.index()] else {
+            return WatchdogEvent::Inactive;
+        };
+        let round = self.take_round(ref_src, reference, &ids[..n], &sources);
+        let j = core.check(&round, reference, cur_m, paused);
+        if restart {
+            return WatchdogEvent::Restarted;
+        }
+        if paused {
+            return WatchdogEvent::GuestStopped;
+        }
+        self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
+    }
+
+    /// One round: the reference, every other member, the reference; the
+    /// tightest window of three tries.
+    fn take_round(
+        &self,
+        reference: &dyn clockhal_core::ClockSource,
+        ref_index: usize,
+        ids: &[Option<SourceId>],
+        sources: &crate::check::Sources<'_>,
+    ) -> Round {
+        let mut best: Option<Round> = None;
+        for _ in 0..3 {
+            let before = reference.read();
+            let mut r = Round::new(before, before);
+            for (i, id) in ids.iter().enumerate() {
+                if i == ref_index {
+                    continue;
+                }
+                r.ticks[i] = id.and_then(|id| sources[id.index()]).map(|s| s.read());
+            }
+            r.ref_after = reference.read();
+            let w = r.ref_after.wrapping_sub(r.ref_before);
+            if best.is_none_or(|b| w < b.ref_after.wrapping_sub(b.ref_before)) {
+                best = Some(r);
+            }
+            if w <= 64 {
+                break;
+            }
+        }
+        best.unwrap_or(Round::new(0, 0))
+    }
+
+    /// Whether `id`'s correctness rests on an unverified claim (a
+    /// supervised TSC, a rate clockhal estimated, an OS-supplied source).
+    fn conditional(&self, id: SourceId) -> bool {
+        match id {
+            SourceId::Tsc => self.backends.tsc_conditional(),
+            SourceId::Extra => true,
+            _ => false,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn after_round(
+        &self,
+        st: &mut State,
+        j: &Judgement,
+        ids: &[Option<SourceId>; MAX_MEMBERS],
+        cur: SourceId,
+        cur_m: usize,
+        ref_id: SourceId,
+        ref_m: usize,
+        round: &Round,
+    ) -> WatchdogEvent {
+        let mut event = WatchdogEvent::Judged {
+            source: cur,
+            reference: ref_id,
+            outcome: j.outcome,
+            verdict: j.verdict(cur_m),
+        };
+        let mut demoted_other = None;
+        for (m, fault) in j.faulty() {
+            let Some(id) = ids[m] else { continue };
+            let against = if m == ref_m { cur } else { ref_id };
+            let reason = Demotion::Watchdog { fault, against };
+            if id == cur {
+                continue;
+            }
+            self.demote(id, reason);
+            if let Some((core, _)) = st.core.as_mut() {
+                core.clear_strikes(m);
+            }
+            demoted_other = Some(WatchdogEvent::Demoted {
+                source: id,
+                reason,
+                was_reference: m == ref_m,
+            });
+        }
+        if let MemberVerdict::Faulty(fault) = j.verdict(cur_m) {
+            let reason = Demotion::Watchdog {
+                fault,
+                against: ref_id,
+            };
+            st.core = None;
+            return match self.demote_and_switch(cur, reason) {
+                Some(to) => WatchdogEvent::Switched {
+                    from: cur,
+                    to,
+                    reason,
+                },
+                None => event,
+            };
+        }
+        if let Some(e) = demoted_other {
+            event = e;
+        }
+        // The current source passed: its instant now is verified.
+        if matches!(j.verdict(cur_m), MemberVerdict::Ok { .. }) {
+            let now = self.now_ns();
+            self.raise_ceiling(now.saturating_add(self.settings.max_jump.as_nanos()));
+            self.refresh_anchor(st, now, round, ids, ref_m);
+            if self.supervised() {
+                self.deadline.store(
+                    now.saturating_add(self.settings.supervision_timeout.as_nanos()),
+                    Ordering::Release,
+                );
+            }
+        }
+        event
+    }
+
+    /// Keeps the jump check's anchor: the clock now and an independent
+    /// 64-bit counter's reading (the HPET or the Hyper-V MSR) from this
+    /// round, when there is one other than the current source's domain.
+    fn refresh_anchor(
+        &self,
+        st: &mut State,
+        now: u64,
+        round: &Round,
+        ids: &[Option<SourceId>; MAX_MEMBERS],
+        ref_m: usize,
+    ) {
+        let cur = self.source_id();
+        st.anchor = None;
+        for (m, id) in ids.iter().enumerate() {
+            let Some(id) = *id else { continue };
+            if id == cur || domain(id) == domain(cur) || !self.is_wide(id) {
+                continue;
+            }
+            let ticks = if m == ref_m {
+                Some(round.ref_after)
+            } else {
+                round.ticks[m]
+            };
+            if let Some(t) = ticks {
+                st.anchor = Some((now, id, t));
+                return;
+            }
+        }
+    }
+
+    /// A 64-bit counter (no software extension that could hide a wrap).
+    fn is_wide(&self, id: SourceId) -> bool {
+        self.backends
+            .source(id)
+            .is_some_and(|s| !s.stability().contains(Stability::SOFTWARE_EXTENDED))
+    }
+
+    /// A reading `v` above the ceiling: does the anchor's reference say
+    /// that much time passed? `Err(excess)` when it does not by more than
+    /// 1% + 1 s. Without a reference (or while the watchdog runs) the
+    /// reading is taken, and the ceiling moves.
+    pub(crate) fn verify_jump(&self, v: u64) -> Result<(), u64> {
+        let max_jump = self.settings.max_jump.as_nanos();
+        let Some(st) = self.watchdog.try_lock() else {
+            return Ok(());
+        };
+        let Some((then, id, ticks)) = st.anchor else {
+            drop(st);
+            self.raise_ceiling(v.saturating_add(max_jump));
+            return Ok(());
+        };
+        let (Some(src), Some(scale)) = (self.backends.source(id), self.scales[id.index()]) else {
+            return Ok(());
+        };
+        let Some(d) = src.read().checked_sub(ticks) else {
+            return Ok(());
+        };
+        let ref_ns = scale.ticks_to_ns(d);
+        let allowed = ref_ns
+            .saturating_add(ref_ns / 100)
+            .saturating_add(1_000_000_000);
+        let claimed = v.saturating_sub(then);
+        drop(st);
+        if claimed <= allowed {
+            self.raise_ceiling(v.saturating_add(max_jump));
+            Ok(())
+        } else {
+            Err(claimed - allowed)
+        }
+    }
+
+    /// Demotes sources whose backend counted implausible host updates since
+    /// the last tick ("one bad value": it was not used, but a source that
+    /// produces them is not trusted further). Returns the switch event if
+    /// the current source was one.
+    fn judge_host_faults(&self, st: &mut State) -> Option<WatchdogEvent> {
+        let mut counts = [0u64; MAX_CANDIDATES];
+        let mut owners = [None; MAX_CANDIDATES];
+        let mut k = 0;
+        self.backends.each(|b| {
+            let mut s: crate::check::Sources<'_> = [None; MAX_CANDIDATES];
+            b.sources(&mut s);
+            let f = b.host_faults();
+            // A backend's faults count against its TSC-based source.
+            if let Some(i) = s.iter().position(Option::is_some) {
+                if k < MAX_CANDIDATES {
+                    counts[k] = f;
+                    owners[k] = SourceId::from_index(i);
+                    k += 1;
+                }
+            }
+        });
+        let mut event = None;
+        for (f, id) in counts.iter().zip(owners).take(k) {
+            let Some(id) = id else { continue };
+            let seen = &mut st.faults_seen[id.index()];
+            if *f > *seen {
+                let count = *f - *seen;
+                *seen = *f;
+                let reason = Demotion::HostFaults { count };
+                if id == self.source_id() {
+                    if let Some(to) = self.demote_and_switch(id, reason) {
+                        st.core = None;
+                        event = Some(WatchdogEvent::Switched {
+                            from: id,
+                            to,
+                            reason,
+                        });
+                    }
+                } else {
+                    self.demote(id, reason);
+                }
+            }
+        }
+        event
+    }
+
+    /// Marks `id` demoted in the live report.
+    pub(crate) fn demote(&self, id: SourceId, reason: Demotion) {
+        if let Some(c) = self.report.lock().get_mut(id) {
+            c.demote(reason);
+        }
+    }
+
+    /// Demotes `id` (the current source) and switches to the best remaining
+    /// eligible source; the new current source, or `None` if the clock is
+    /// forced or nothing else is eligible (then it stays).
+    fn demote_and_switch(&self, id: SourceId, reason: Demotion) -> Option<SourceId> {
+        self.demote(id, reason);
+        if self.forced {
+            return None;
+        }
+        let report: Report = *self.report.lock();
+        let to = crate::select::best(&report, |c| c.id != id)?;
+        self.switch_to(to);
+        Some(to)
+    }
+
+    /// From a read path (no watchdog tick at hand): demotes the current
+    /// source and switches, if the watchdog lock is free (a tick that runs
+    /// meanwhile will judge it anyway).
+    #[cold]
+    pub(crate) fn demote_current(&self, reason: Demotion) {
+        let Some(mut st) = self.watchdog.try_lock() else {
+            return;
+        };
+        let cur = self.source_id();
+        if self.usable_now(cur) && self.demote_and_switch(cur, reason).is_some() {
+            st.core = None;
+        }
+    }
+
+    /// Selection again (after a rating changed): switches if the best
+    /// eligible source is not the current one.
+    pub(crate) fn reselect(&self) {
+        let _st = self.watchdog.lock();
+        if self.forced {
+            return;
+        }
+        let report: Report = *self.report.lock();
+        if let Some(best) = crate::select::best(&report, |_| true) {
+            if best != self.source_id() {
+                self.switch_to(best);
+            }
+        }
+    }
+
+    /// Makes `to` current, continuing the timeline just above every instant
+    /// returned so far (on any CPU). Only with the watchdog lock held.
+    fn switch_to(&self, to: SourceId) {
+        // The old source's reading now, and every floor: the new source
+        // starts above all of them.
+        let old = self.now_ns();
+        let start = old.max(self.high_water()).saturating_add(SWITCH_MARGIN_NS);
+        self.start_source(to, start);
+        self.switches.fetch_add(1, Ordering::Relaxed);
+    }
+}

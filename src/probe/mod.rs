@@ -1,0 +1,471 @@
+//! The one probe call and the value that owns the backends.
+//!
+//! Each backend has a module here that implements [`Backend`]: how to probe
+//! it from the [`Platform`], which clock sources it provides, what it tells
+//! the others (TSC rate hints, pauses) and what it does at each step of the
+//! lifecycle. A backend whose cargo feature is off is a type with no values
+//! whose probe only lists it as rejected ("feature disabled"), so nothing
+//! outside these modules needs a `#[cfg]`.
+
+mod acpi_pm;
+mod hpet;
+mod hyperv;
+mod kvmclock;
+mod tsc;
+
+use crate::check::Sources;
+use crate::{Candidate, Note, Platform, Rejection, Report, SourceId, MAX_CANDIDATES};
+use clockhal_core::ClockSource;
+use clockhal_x86::acpi::{AcpiClocks, AcpiError};
+use clockhal_x86::Hardware;
+use core::fmt;
+use core::sync::atomic::Ordering;
+
+pub(crate) use acpi_pm::AcpiPmBackend;
+pub(crate) use hpet::HpetBackend;
+pub(crate) use hyperv::HypervBackend;
+pub(crate) use kvmclock::KvmclockBackend;
+pub(crate) use tsc::{TscBackend, TscHints};
+
+/// Length of the HPET register block mapped through [`HpetAccess::Map`](crate::HpetAccess::Map).
+pub const HPET_REGION_LEN: usize = 1024;
+
+/// What every backend's probe sees (with every backend disabled, little).
+#[cfg_attr(
+    not(any(
+        feature = "kvmclock",
+        feature = "hyperv",
+        feature = "tsc",
+        feature = "hpet",
+        feature = "acpi-pm"
+    )),
+    allow(dead_code)
+)]
+pub(crate) struct Cx<'p, 'a, H: Hardware> {
+    pub(crate) hw: &'p H,
+    pub(crate) platform: &'p mut Platform<'a>,
+    pub(crate) report: &'p mut Report,
+    /// ACPI discovery, done once for the HPET and the PM timer.
+    pub(crate) acpi: Option<Result<AcpiClocks, AcpiError>>,
+}
+
+impl<H: Hardware> Cx<'_, '_, H> {
+    /// A device's ACPI-discovered part, or why it is missing.
+    #[cfg_attr(not(any(feature = "hpet", feature = "acpi-pm")), allow(dead_code))]
+    pub(crate) fn acpi_part<T: Copy>(
+        &self,
+        part: impl Fn(&AcpiClocks) -> Result<T, AcpiError>,
+        missing: &'static str,
+    ) -> Result<T, Rejection> {
+        match &self.acpi {
+            None => Err(Rejection::NotConfigured(missing)),
+            Some(Err(e)) => Err(Rejection::Acpi(*e)),
+            Some(Ok(c)) => part(c).map_err(Rejection::Acpi),
+        }
+    }
+
+    /// Records a constructed candidate.
+    pub(crate) fn usable(&mut self, id: SourceId, source: &dyn ClockSource, note: Note) {
+        self.report.insert(Candidate::usable(id, source, note));
+    }
+
+    /// Records a rejected candidate.
+    pub(crate) fn reject(&mut self, id: SourceId, why: Rejection) {
+        self.report.insert(Candidate::rejected(id, why));
+    }
+}
+
+/// The facade's view of one constructed backend (see the module docs).
+pub(crate) trait Backend {
+    /// Puts its clock sources into `out` by [`SourceId::index`].
+    fn sources<'a>(&'a self, out: &mut Sources<'a>);
+    /// The TSC rate it knows exactly, for the TSC backend.
+    fn tsc_hint(&self, hints: &mut TscHints) {
+        let _ = hints;
+    }
+    /// Whether the hypervisor paused the guest since the last call.
+    fn take_paused(&self) -> bool {
+        false
+    }
+    /// Host updates it could not believe, so far (a running count).
+    fn host_faults(&self) -> u64 {
+        0
+    }
+    /// The watchdog's periodic self-check (e.g. kvmclock's stable-bit
+    /// agreement across CPUs).
+    fn tick(&self) {}
+    /// Per-CPU setup on an application processor.
+    fn register_this_cpu(&self) -> Result<(), crate::CpuError> {
+        Ok(())
+    }
+    /// Per-CPU teardown before the memory is reused.
+    fn unregister_this_cpu(&self) {}
+    /// After a restore: the calling CPU's share (every CPU calls it).
+    fn resume_this_cpu(&self) -> Result<(), crate::CpuError> {
+        Ok(())
+    }
+    /// After a restore: what is done once for the machine (the boot CPU).
+    fn resume_machine(&self) {}
+    /// The TSC's CPUs are out of step: stop trusting a host's cross-CPU
+    /// promise that rests on synchronised TSCs.
+    fn tsc_unsynchronized(&self) {}
+    /// Unix time now in ns, if this backend knows the wall time (kvmclock's
+    /// wall clock).
+    fn unix_ns_now(&self) -> Option<u64> {
+        None
+    }
+    /// A TSC that is correct only under the watchdog's supervision.
+    fn supervised(&self) -> bool {
+        false
+    }
+    /// Its correctness rests on a claim nobody verified (a supervised TSC,
+    /// an estimated rate): in a two-way disagreement, it loses.
+    fn conditional(&self) -> bool {
+        false
+    }
+    /// A TSC whose CPUs are known to be out of step.
+    fn out_of_step(&self) -> bool {
+        false
+    }
+}
+
+/// How a backend is probed.
+pub(crate) trait Probe<H: Hardware + Clone>: Backend + Sized {
+    /// Probes it, recording its candidates in `cx.report`.
+    fn probe(cx: &mut Cx<'_, '_, H>) -> Option<Self>;
+}
+
+/// A backend whose feature is off: a type with no values (one per backend:
+/// `IDS` is the bit mask of its [`SourceId`]s), whose probe lists its
+/// candidates as rejected, "feature disabled".
+#[allow(dead_code)]
+pub(crate) enum Disabled<H, const IDS: u32> {
+    #[doc(hidden)]
+    Never(core::convert::Infallible, core::marker::PhantomData<H>),
+}
+
+impl<H, const IDS: u32> Backend for Disabled<H, IDS> {
+    fn sources<'a>(&'a self, _: &mut Sources<'a>) {
+        match *self {
+            Disabled::Never(never, _) => match never {},
+        }
+    }
+}
+
+impl<H, const IDS: u32> crate::clock::Mapped for Disabled<H, IDS> {
+    fn tag(&self, _: usize) -> Option<u32> {
+        match *self {
+            Disabled::Never(never, _) => match never {},
+        }
+    }
+    fn map_now(&self, _: usize) -> Option<crate::clock::MapNow> {
+        match *self {
+            Disabled::Never(never, _) => match never {},
+        }
+    }
+    fn fallback_ns(&self, _: usize) -> Option<u64> {
+        match *self {
+            Disabled::Never(never, _) => match never {},
+        }
+    }
+}
+
+impl<H: Hardware + Clone, const IDS: u32> Probe<H> for Disabled<H, IDS> {
+    fn probe(cx: &mut Cx<'_, '_, H>) -> Option<Self> {
+        for id in SourceId::ALL {
+            if IDS & (1 << id.index()) != 0 {
+                cx.reject(id, Rejection::FeatureDisabled);
+            }
+        }
+        None
+    }
+}
+
+/// The [`Disabled`] mask of one id (used by the backends whose feature is
+/// off).
+#[allow(dead_code)]
+pub(crate) const fn ids(id: SourceId) -> u32 {
+    1 << id.index()
+}
+
+/// Owning one machine's clock hardware: released when the owner drops.
+pub(crate) struct Lease<H: Hardware> {
+    hw: Option<H>,
+}
+
+impl<H: Hardware> Lease<H> {
+    fn take(hw: &H) -> Lease<H>
+    where
+        H: Clone,
+    {
+        let got = hw
+            .clock_lease()
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        Lease {
+            hw: got.then(|| hw.clone()),
+        }
+    }
+
+    fn held(&self) -> bool {
+        self.hw.is_some()
+    }
+}
+
+impl<H: Hardware> Drop for Lease<H> {
+    fn drop(&mut self) {
+        if let Some(hw) = self.hw.take() {
+            hw.clock_lease().store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Every backend one probe constructed. Field order is drop order: the
+/// backends (which unregister shared memory) go before the lease.
+pub(crate) struct Backends<H: Hardware + Clone> {
+    pub(crate) kvmclock: Option<KvmclockBackend<H>>,
+    pub(crate) hyperv: Option<HypervBackend<H>>,
+    pub(crate) tsc: Option<TscBackend<H>>,
+    pub(crate) hpet: Option<HpetBackend<H>>,
+    pub(crate) acpi_pm: Option<AcpiPmBackend<H>>,
+    pub(crate) extra: Option<&'static dyn ClockSource>,
+    #[allow(dead_code)]
+    lease: Lease<H>,
+}
+
+impl<H: Hardware + Clone> Backends<H> {
+    /// Every constructed clock source, by [`SourceId::index`].
+    pub(crate) fn sources(&self) -> Sources<'_> {
+        let mut s: Sources<'_> = [None; MAX_CANDIDATES];
+        self.each(|b| b.sources(&mut s));
+        s[SourceId::Extra.index()] = self.extra;
+        s
+    }
+
+    /// The source behind `id`.
+    pub(crate) fn source(&self, id: SourceId) -> Option<&dyn ClockSource> {
+        self.sources()[id.index()]
+    }
+
+    /// kvmclock as the clock reads it.
+    #[inline(always)]
+    pub(crate) fn kvmclock_mapped(&self) -> Option<&KvmclockBackend<H>> {
+        self.kvmclock.as_ref()
+    }
+
+    /// The TSC as the clock reads it.
+    #[inline(always)]
+    pub(crate) fn tsc_mapped(&self) -> Option<&TscBackend<H>> {
+        self.tsc.as_ref()
+    }
+
+    /// The TSC is current only under supervision.
+    pub(crate) fn tsc_supervised(&self) -> bool {
+        self.tsc.as_ref().is_some_and(Backend::supervised)
+    }
+
+    /// The TSC's correctness rests on an unverified claim.
+    pub(crate) fn tsc_conditional(&self) -> bool {
+        self.tsc.as_ref().is_some_and(Backend::conditional)
+    }
+
+    /// The TSC's CPUs are known to be out of step.
+    pub(crate) fn tsc_out_of_step(&self) -> bool {
+        self.tsc.as_ref().is_some_and(Backend::out_of_step)
+    }
+
+    /// Unix time now, if some backend knows it.
+    pub(crate) fn wall_clock_unix_ns(&self) -> Option<u64> {
+        let mut out = None;
+        self.each(|b| {
+            if out.is_none() {
+                out = b.unix_ns_now();
+            }
+        });
+        out
+    }
+
+    /// Calls `f` on every constructed backend.
+    pub(crate) fn each<'a>(&'a self, mut f: impl FnMut(&'a dyn Backend)) {
+        if let Some(b) = &self.kvmclock {
+            f(b);
+        }
+        if let Some(b) = &self.hyperv {
+            f(b);
+        }
+        if let Some(b) = &self.tsc {
+            f(b);
+        }
+        if let Some(b) = &self.hpet {
+            f(b);
+        }
+        if let Some(b) = &self.acpi_pm {
+            f(b);
+        }
+    }
+}
+
+/// The probe result: every backend that could be constructed, the
+/// candidate [`Report`], and what a [`Clock`](crate::Clock) needs.
+///
+/// Owns the backends; [`Probed::into_clock`] moves them into the clock,
+/// which then owns the machine's clock hardware for the life of the system.
+pub struct Probed<H: Hardware + Clone> {
+    pub(crate) backends: Backends<H>,
+    pub(crate) hw: H,
+    pub(crate) report: Report,
+    pub(crate) settings: crate::clock::Settings,
+}
+
+impl<H: Hardware + Clone> fmt::Debug for Probed<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probed")
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Probes every clock source clockhal knows on the machine behind `hw`,
+/// checks each, and selects the best.
+///
+/// Order: kvmclock and Hyper-V first (they know the TSC rate), ACPI
+/// discovery, HPET and PM timer (calibration references), then the TSC with
+/// the best rate hints and a reference, then the OS's extra source. Each
+/// constructed candidate then gets a bounded self-check (advances, monotonic
+/// over a few reads, rate agrees with the others: [`SelfCheck`](crate::SelfCheck));
+/// a failing one is demoted with the reason. Selection uses
+/// `clockhal_core::select` with one hard rule on top: a trapping source is
+/// never selected while an eligible no-trap source exists. A name forced by
+/// [`Policy::force`](clockhal_core::Policy::force) wins if that candidate was
+/// constructed (even if demoted).
+///
+/// **One owner at a time.** A probe result (and the [`Clock`](crate::Clock)
+/// made from it) owns the machine's clock hardware: it registered pvclock
+/// memory and enabled the Hyper-V page, and unregisters them when dropped.
+/// A second `probe` on the same machine while the first result lives would
+/// have its registrations torn down under it, so it is refused: every
+/// candidate of its report is rejected with
+/// [`Rejection::HardwareOwned`](crate::Rejection::HardwareOwned). Probe
+/// once; share the [`Clock`](crate::Clock) (it is `Sync`) with every CPU.
+///
+/// Never fails otherwise: what could not be used is in [`Probed::report`].
+pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H> {
+    let mut report = Report::new();
+    report.set_force_request(platform.policy.force);
+    let lease = Lease::take(&hw);
+    let settings = crate::clock::Settings::from_platform(&platform);
+    if !lease.held() {
+        for id in SourceId::ALL {
+            report.insert(Candidate::rejected(id, Rejection::HardwareOwned));
+        }
+        return Probed {
+            backends: Backends {
+                kvmclock: None,
+                hyperv: None,
+                tsc: None,
+                hpet: None,
+                acpi_pm: None,
+                extra: None,
+                lease,
+            },
+            hw,
+            report,
+            settings,
+        };
+    }
+    let acpi = platform
+        .acpi
+        .map(|(rsdp, memory)| clockhal_x86::acpi::discover(&memory, rsdp));
+    let mut cx = Cx {
+        hw: &hw,
+        platform: &mut platform,
+        report: &mut report,
+        acpi,
+    };
+    let kvmclock = <KvmclockBackend<H> as Probe<H>>::probe(&mut cx);
+    let hyperv = <HypervBackend<H> as Probe<H>>::probe(&mut cx);
+    let hpet = <HpetBackend<H> as Probe<H>>::probe(&mut cx);
+    let acpi_pm = <AcpiPmBackend<H> as Probe<H>>::probe(&mut cx);
+    let mut hints = TscHints::new();
+    if let Some(f) = cx.platform.tsc_rate {
+        hints.os(f);
+    }
+    if let Some(k) = &kvmclock {
+        Backend::tsc_hint(k, &mut hints);
+    }
+    if let Some(h) = &hyperv {
+        Backend::tsc_hint(h, &mut hints);
+    }
+    let references: [Option<&dyn ClockSource>; 2] = [
+        hpet.as_ref().and_then(|h| first_source(h)),
+        acpi_pm.as_ref().and_then(|p| first_source(p)),
+    ];
+    let tsc = tsc::probe(&mut cx, &hints, &references);
+    let extra = cx.platform.extra;
+    if let Some(e) = extra {
+        cx.usable(SourceId::Extra, e, Note::None);
+    }
+    let backends = Backends {
+        kvmclock,
+        hyperv,
+        tsc,
+        hpet,
+        acpi_pm,
+        extra,
+        lease,
+    };
+    crate::finish(&mut report, &backends.sources(), &platform.self_check);
+    Probed {
+        backends,
+        hw,
+        report,
+        settings,
+    }
+}
+
+/// "traps" when every read is a hypervisor exit (not on bare metal).
+#[cfg_attr(not(any(feature = "hpet", feature = "hyperv")), allow(dead_code))]
+pub(crate) fn traps_note(source: &dyn ClockSource) -> Note {
+    if source
+        .stability()
+        .contains(clockhal_core::Stability::TRAPS_EVERY_READ)
+    {
+        Note::Traps
+    } else {
+        Note::None
+    }
+}
+
+/// The first clock source a backend provides.
+fn first_source<B: Backend>(b: &B) -> Option<&dyn ClockSource> {
+    let mut s: Sources<'_> = [None; MAX_CANDIDATES];
+    b.sources(&mut s);
+    s.into_iter().flatten().next()
+}
+
+impl<H: Hardware + Clone> Probed<H> {
+    /// Every candidate with its verdict, and the selection.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// The ready clock on the selected source, owning the backends (and so
+    /// the machine's clock hardware). Keep it in a `static` (e.g. a
+    /// `spin::Once`) and share it with every CPU; see the crate docs for
+    /// the lifecycle. `Err` carries the report when nothing is usable.
+    pub fn into_clock(self) -> Result<crate::Clock<H>, crate::NoClock> {
+        crate::Clock::build(self)
+    }
+
+    /// The backend behind `id`, if it was constructed.
+    pub fn source(&self, id: SourceId) -> Option<&dyn ClockSource> {
+        self.backends.source(id)
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl<H: Hardware + Clone> defmt::Format for Probed<H> {
+    fn format(&self, f: defmt::Formatter) {
+        defmt::write!(f, "Probed({})", self.report)
+    }
+}
