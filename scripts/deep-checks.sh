@@ -92,7 +92,7 @@ run_fuzz() {
                 "${dirs[@]/#fuzz\//}" -- "${limit[@]}" -print_final_stats=1) \
                 >"$log.$round" 2>&1 || {
                 tail -40 "$log.$round"
-                echo "FAIL: fuzz $t (log: $log.$round, crash input in fuzz/artifacts/$t/)" >&2
+                echo "FAIL: fuzz $t (log: $log.$round; a crash leaves its input in fuzz/artifacts/$t/)" >&2
                 exit 1
             }
             cat "$log.$round" >>"$log"
