@@ -11,7 +11,8 @@
 #          (then minimised again: commit fuzz/corpus if it changed)
 #   loom   the loom models (tests/loom_*.rs) over the real atomics code
 #
-#   ./scripts/deep-checks.sh                 # all three (~55 min on 2 cores)
+#   ./scripts/deep-checks.sh                 # all three (~55 min on 2 cores:
+#                                            # Miri ~16, fuzz ~36, loom ~5)
 #   ./scripts/deep-checks.sh fuzz loom       # some of them
 #   FUZZ_SECONDS=20 ./scripts/deep-checks.sh fuzz   # a short pass
 #
@@ -59,9 +60,13 @@ run_miri() {
     local args=()
     for c in "${MIRI_CRATES[@]}"; do args+=(-p "$c"); done
     export MIRIFLAGS="${MIRIFLAGS:-$MIRIFLAGS_DEFAULT}"
-    nice -n 10 cargo +"$NIGHTLY" miri test --all-features --lib --tests "${args[@]}"
+    local rc=0
+    nice -n 10 cargo +"$NIGHTLY" miri test --no-fail-fast --all-features --lib --tests \
+        "${args[@]}" || rc=1
     step "Miri ($NIGHTLY): clockhal-tsc ${MIRI_TSC_TESTS[*]}"
-    nice -n 10 cargo +"$NIGHTLY" miri test -p clockhal-tsc "${MIRI_TSC_TESTS[@]}"
+    nice -n 10 cargo +"$NIGHTLY" miri test --no-fail-fast -p clockhal-tsc "${MIRI_TSC_TESTS[@]}" ||
+        rc=1
+    return $rc
 }
 
 run_fuzz() {
