@@ -39,9 +39,13 @@ step "Hermit export tool and loader (clippy, host tests)"
     cargo test -q -p clockhal-hermit-loader --target x86_64-unknown-linux-gnu)
 
 step "host tests (simulated machine)"
-cargo test --workspace --all-features
+cargo test --workspace --all-features --exclude clockhal-invariants
 # What a kernel that disables backends sees (rejected "feature disabled").
 cargo test -p clockhal --no-default-features --features tsc,kvmclock --test feature_disabled
+
+step "invariant checks: seeded random stream + fuzz corpus replay (deep runs: scripts/deep-checks.sh)"
+(cd fuzz && cargo fmt --all -- --check)
+cargo test -q -p clockhal-invariants -- --nocapture
 
 step "live KVM pvclock page of this machine (SKIP lines say why where absent)"
 cargo test -q -p clockhal-bench --test live_pvclock -- --nocapture --test-threads 1

@@ -20,23 +20,23 @@ pub trait Cell64: Sync {
 /// Lock-free cell (targets with 64-bit atomics, e.g. x86_64).
 #[cfg(target_has_atomic = "64")]
 #[derive(Debug)]
-pub struct AtomicCell(core::sync::atomic::AtomicU64);
+pub struct AtomicCell(crate::sync::AtomicU64);
 
 #[cfg(target_has_atomic = "64")]
 impl Cell64 for AtomicCell {
     fn new(v: u64) -> Self {
-        AtomicCell(core::sync::atomic::AtomicU64::new(v))
+        AtomicCell(crate::sync::AtomicU64::new(v))
     }
     #[inline(always)]
     fn get(&self) -> u64 {
-        self.0.load(core::sync::atomic::Ordering::Acquire)
+        self.0.load(crate::sync::Ordering::Acquire)
     }
     fn set(&self, v: u64) {
-        self.0.store(v, core::sync::atomic::Ordering::Release)
+        self.0.store(v, crate::sync::Ordering::Release)
     }
     #[inline(always)]
     fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> u64 {
-        use core::sync::atomic::Ordering::{AcqRel, Acquire};
+        use crate::sync::Ordering::{AcqRel, Acquire};
         let mut cur = self.0.load(Acquire);
         loop {
             match f(cur) {

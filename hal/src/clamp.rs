@@ -81,7 +81,7 @@ mod tests {
                 let (clamp, truth) = (clamp.clone(), truth.clone());
                 std::thread::spawn(move || {
                     let mut prev = 0;
-                    for i in 0..100_000u64 {
+                    for i in 0..if cfg!(miri) { 200 } else { 100_000u64 } {
                         let t = truth.fetch_add(1, Ordering::SeqCst);
                         let skew = (cpu * 37 + i) % 101;
                         let v = clamp.clamp(t - 50 + skew);

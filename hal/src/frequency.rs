@@ -14,6 +14,8 @@ const MAX_HZ: u64 = 1 << 40;
 /// Hyper-V's 10 MHz and pvclock-derived TSC rates all round-trip without loss.
 ///
 /// Valid rates lie in 1 Hz ..= 2^40 Hz; constructors reject anything else.
+/// A ratio too wide for two u64 is rounded to within 2^-64 relative
+/// ([`from_ratio`](Self::from_ratio)).
 ///
 /// ```
 /// use clockhal_core::Frequency;
@@ -56,6 +58,48 @@ const fn gcd(mut a: u128, mut b: u128) -> u128 {
     a
 }
 
+/// Whether `n / d` Hz lies in `MIN_HZ ..= MAX_HZ` (exact; `d != 0`).
+const fn in_range(n: u128, d: u128) -> bool {
+    // d * MAX_HZ saturates only when d > 2^88, where n <= u128::MAX is in range.
+    n >= d * MIN_HZ as u128 && n <= d.saturating_mul(MAX_HZ as u128)
+}
+
+/// `n / d` (reduced, `1 <= n / d <= 2^40`, not fitting two u64) rounded to
+/// the nearest `N / 2^j` with `2^63 <= N < 2^64`, reduced: the absolute
+/// error is at most half a unit of `N`, so the relative error is at most
+/// `2^-64`.
+const fn round_to_u64_ratio(n: u128, d: u128) -> (u128, u128) {
+    let int = n / d; // 1 ..= 2^40
+    let mut rem = n % d;
+    // int has e + 1 bits; N = round(n / d * 2^j) with j = 63 - e has 64.
+    let e = 127 - int.leading_zeros();
+    let j = 63 - e;
+    // Long division for j fraction bits plus one rounding bit. Doubling
+    // `rem < d` without overflow: 2 * rem >= d exactly when rem >= d - rem.
+    let mut q = int;
+    let mut i = 0;
+    while i <= j {
+        let bit = rem >= d - rem;
+        rem = if bit { rem - (d - rem) } else { rem << 1 };
+        q = (q << 1) | bit as u128;
+        i += 1;
+    }
+    // q = floor(n / d * 2^(j + 1)); round half up on its last bit.
+    let mut num = (q >> 1) + (q & 1);
+    let mut shift = j;
+    if num == 1 << 64 {
+        num = 1 << 63;
+        shift -= 1;
+    }
+    // Reduce (the denominator is a power of two).
+    let tz = if num.trailing_zeros() < shift {
+        num.trailing_zeros()
+    } else {
+        shift
+    };
+    (num >> tz, 1u128 << (shift - tz))
+}
+
 impl Frequency {
     /// A whole number of Hz.
     pub const fn from_hz(hz: u64) -> Result<Self, FrequencyError> {
@@ -67,25 +111,31 @@ impl Frequency {
         Self::from_ratio(1_000_000_000_000_000, fs as u128)
     }
 
-    /// `num / den` Hz. The fraction is reduced; it must fit in two u64 after
-    /// reduction and lie within 1 Hz ..= 2^40 Hz.
+    /// `num / den` Hz, reduced.
+    ///
+    /// Exact whenever the reduced fraction fits in two u64 (every rate
+    /// firmware or a host states in Hz, fs or pvclock `mul`/`shift` units of
+    /// real hardware). Otherwise it is rounded to the nearest `N / 2^j` with
+    /// a 64-bit `N`: the stored rate is within **2^-64 relative** (5.4e-20,
+    /// 64 significant bits) of `num / den`. The range check (1 Hz ..=
+    /// 2^40 Hz) applies to the exact value and to the stored one, so a rate
+    /// just inside the range is never stored just outside it.
     pub const fn from_ratio(num: u128, den: u128) -> Result<Self, FrequencyError> {
         if num == 0 || den == 0 {
             return Err(FrequencyError::Zero);
         }
         let g = gcd(num, den);
-        let (mut n, mut d) = (num / g, den / g);
-        // Out of range before we worry about representation.
-        if n < d * MIN_HZ as u128 || n > d.saturating_mul(MAX_HZ as u128) {
+        let (n, d) = (num / g, den / g);
+        if !in_range(n, d) {
             return Err(FrequencyError::OutOfRange);
         }
-        // A fraction that does not fit u64 after reduction: drop low bits of
-        // both (keeps > 60 bits of precision, i.e. far below 1 ppb).
-        while n > u64::MAX as u128 || d > u64::MAX as u128 {
-            n >>= 1;
-            d >>= 1;
-        }
-        if d == 0 {
+        let (n, d) = if n > u64::MAX as u128 || d > u64::MAX as u128 {
+            round_to_u64_ratio(n, d)
+        } else {
+            (n, d)
+        };
+        // The stored value is what every conversion uses: check it too.
+        if !in_range(n, d) {
             return Err(FrequencyError::OutOfRange);
         }
         Ok(Frequency {
@@ -197,6 +247,52 @@ mod tests {
         assert_eq!(Frequency::from_ratio(1, 2), Err(FrequencyError::OutOfRange));
         assert_eq!(
             Frequency::from_hz(u64::MAX),
+            Err(FrequencyError::OutOfRange)
+        );
+    }
+
+    /// Relative error of the stored rate against `num / den`, as
+    /// `|stored - exact| * 2^64 <= exact` (the documented bound).
+    fn assert_within_bound(f: Frequency, num: u128, den: u128) {
+        use num_bigint::BigUint;
+        let (n, d) = (BigUint::from(f.numerator()), BigUint::from(f.denominator()));
+        let (a, b) = (n * BigUint::from(den), BigUint::from(num) * d);
+        let diff = if a > b { &a - &b } else { &b - &a };
+        assert!(diff << 64u32 <= b, "{num}/{den} stored as {f:?}");
+    }
+
+    #[test]
+    fn wide_ratio_keeps_64_bits() {
+        // Issue 18: the old shift loop left the denominator 23 bits (59 ppb).
+        let (n, d) = ((1u128 << 70) + 1, (1u128 << 31) - 1);
+        let f = Frequency::from_ratio(n, d).unwrap();
+        assert_within_bound(f, n, d);
+        for (n, d) in [
+            (u128::MAX, u128::MAX - 1),
+            (u128::MAX, (u128::MAX >> 40) + 1),
+            ((1 << 64) + 3, 1 << 30),
+            (10u128.pow(9) << 64, 0xFFFF_FFFF_FFFF_FFC5),
+        ] {
+            assert_within_bound(Frequency::from_ratio(n, d).unwrap(), n, d);
+        }
+    }
+
+    #[test]
+    fn range_is_checked_on_the_stored_rate() {
+        // Issue 18: 2^40 - 1/d Hz was stored as slightly above 2^40 Hz.
+        let (n, d) = ((1u128 << 65) - (1 << 40) - 1, (1u128 << 25) - 1);
+        let f = Frequency::from_ratio(n, d).unwrap();
+        assert!(f.numerator() as u128 <= (f.denominator() as u128) << 40);
+        assert_within_bound(f, n, d);
+        // Just above the range, with a denominator too wide for u64.
+        let d = (1u128 << 80) + 1;
+        assert_eq!(
+            Frequency::from_ratio((d << 40) + 1, d),
+            Err(FrequencyError::OutOfRange)
+        );
+        assert!(Frequency::from_ratio(d << 40, d).is_ok());
+        assert_eq!(
+            Frequency::from_ratio(d - 1, d),
             Err(FrequencyError::OutOfRange)
         );
     }

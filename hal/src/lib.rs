@@ -20,6 +20,7 @@ pub mod select;
 #[cfg(target_has_atomic = "64")]
 mod slot;
 mod source;
+mod sync;
 mod time;
 mod update;
 mod watchdog;

@@ -223,8 +223,22 @@ mod tests {
         ]
     }
 
+    /// 20,000 cases (a few under Miri) unless `PROPTEST_CASES` says otherwise.
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if cfg!(miri) { 32 } else { 20_000 });
+        let mut config = ProptestConfig::with_cases(cases);
+        if cfg!(miri) {
+            // Miri's isolation has no file system for the regressions file.
+            config.failure_persistence = None;
+        }
+        config
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(20_000))]
+        #![proptest_config(config())]
         #[test]
         fn within_one_unit_over_whole_range(f in any_freq(), t in any_ticks()) {
             check_freq(f, t);

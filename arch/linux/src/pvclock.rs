@@ -518,6 +518,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "probes memory with an inline-asm syscall Miri cannot run"
+    )]
     fn probe_tells_readable_from_faulting_memory() {
         let local = [0u8; 64];
         assert_eq!(

@@ -23,6 +23,7 @@ fn live_or_skip(test: &str) -> Option<LivePvclock> {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "reads /proc/self/maps and runs rdtsc (inline asm)")]
 fn live_page_is_a_settled_pvclock_area_written_in_the_past() {
     let Some(live) = live_or_skip("live_page_is_a_settled_pvclock_area_written_in_the_past") else {
         return;
@@ -54,6 +55,7 @@ fn live_page_is_a_settled_pvclock_area_written_in_the_past() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "reads /proc/self/maps and runs rdtsc (inline asm)")]
 fn page_rate_matches_a_rough_calibration() {
     let Some(_) = live_or_skip("page_rate_matches_a_rough_calibration") else {
         return;

@@ -43,6 +43,7 @@ use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr};
 use overrides::Overrides;
 use std::boxed::Box;
 use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
@@ -162,6 +163,14 @@ impl SimConfig {
             pit: None,
             rtc: None,
         }
+    }
+
+    /// What `cpuid(leaf, subleaf)` answers on CPU 0 of a machine built from
+    /// this configuration (without the cost or the bookkeeping of an
+    /// access): the table's entry, else what [`cpuid_missing`](Self::cpuid_missing)
+    /// says.
+    pub fn cpuid_value(&self, leaf: u32, subleaf: u32) -> CpuidResult {
+        cpuid::answer(&self.cpuid, self.cpuid_missing, 0, leaf, subleaf)
     }
 
     /// Replaces the CPUID table with what a real machine answered: the
@@ -378,6 +387,9 @@ pub struct SimMachine {
     memory: SharedMemory,
     state: Mutex<State>,
     counters: Counters,
+    /// Distinct (leaf, subleaf) pairs read since the last
+    /// [`take_cpuid_reads`](SimMachine::take_cpuid_reads).
+    cpuid_reads: Mutex<BTreeSet<(u32, u32)>>,
     rdtsc_hook: RdtscHookSlot,
     /// One owner of the clock hardware at a time (`Hardware::clock_lease`).
     lease: AtomicBool,
@@ -452,6 +464,7 @@ impl SimMachine {
             memory: SharedMemory::default(),
             state: Mutex::new(state),
             counters: Counters::default(),
+            cpuid_reads: Mutex::default(),
             rdtsc_hook: RdtscHookSlot::default(),
             lease: AtomicBool::new(false),
             pool: Box::new(clockhal_core::SlotPool::new()),
@@ -641,6 +654,13 @@ impl SimMachine {
         ] {
             a.store(0, Ordering::SeqCst);
         }
+    }
+
+    /// The distinct CPUID (leaf, subleaf) pairs read since the last call,
+    /// and forgets them: lets a test check that a decoder never reads above
+    /// a range's maximum leaf.
+    pub fn take_cpuid_reads(&self) -> BTreeSet<(u32, u32)> {
+        std::mem::take(&mut *self.cpuid_reads.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Installs `hook`, run right after every `rdtsc`/`rdtscp` (after the
@@ -910,6 +930,10 @@ impl Hardware for SimMachine {
 
     fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult {
         self.counters.cpuid.fetch_add(1, Ordering::SeqCst);
+        self.cpuid_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((leaf, subleaf));
         let mut st = self.lock();
         self.tick(&mut st, self.config.costs.cpuid_ns);
         st.cpuid(Self::current_cpu(), leaf, subleaf)

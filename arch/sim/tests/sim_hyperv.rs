@@ -94,3 +94,20 @@ fn msr_only_partition_refuses_the_page_msr() {
     assert_eq!(m.try_rdmsr(Msr::HV_REFERENCE_TSC), None);
     assert!(m.try_rdmsr(Msr::HV_TIME_REF_COUNT).is_some());
 }
+
+#[test]
+fn a_10_mhz_tsc_gets_a_usable_page() {
+    // Issue 18: the host's scale for a 10 MHz TSC was 2^64 truncated to 0,
+    // which marks the page unusable.
+    let mut c = SimMachine::hyperv_config();
+    c.tsc_hz = 10_000_000;
+    let m = c.build();
+    let page = m.alloc_hv_page();
+    hv_set_guest_os_id(&m, 1 << 63);
+    hv_enable_reference_tsc(&m, page).unwrap();
+    assert_ne!(page.get().scale.load(SeqCst), 0);
+    m.advance(1_000_000_000);
+    let v = decode_by_hand(&m, page.get()).unwrap();
+    let truth = m.now_ns() / 100;
+    assert!(v + 2 >= truth && v <= truth + 1, "page {v} vs {truth}");
+}

@@ -6,6 +6,8 @@
 pub mod abi;
 pub mod paravirt;
 mod reader;
+#[doc(hidden)]
+pub mod sync;
 mod tsc;
 mod writer;
 

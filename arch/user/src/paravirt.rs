@@ -11,8 +11,8 @@
 //! Rust allows on memory mapped read-only — the way an OS hands these pages
 //! to its processes.
 
+use crate::sync::{fence, AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use crate::tsc::load_after;
-use core::sync::atomic::{fence, AtomicI64, AtomicI8, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// `pvclock_vcpu_time_info`: one per vCPU, 32 bytes, written by KVM.
 ///
@@ -44,6 +44,8 @@ pub const PVCLOCK_TSC_STABLE_BIT: u8 = 1 << 0;
 /// `flags` bit: the host paused the guest; the guest clears it.
 pub const PVCLOCK_GUEST_STOPPED: u8 = 1 << 1;
 
+// The ABI layouts (loom's atomics, for the models only, are larger).
+#[cfg(not(loom))]
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
     assert!(size_of::<PvclockVcpuTimeInfo>() == 32);
@@ -72,17 +74,19 @@ impl PvclockVcpuTimeInfo {
         self.version.store(odd.wrapping_add(1), SeqCst);
     }
 
-    /// A zeroed area (version 0, mul 0: "not yet written").
-    pub const fn new() -> Self {
-        PvclockVcpuTimeInfo {
-            version: AtomicU32::new(0),
-            pad0: AtomicU32::new(0),
-            tsc_timestamp: AtomicU64::new(0),
-            system_time: AtomicU64::new(0),
-            tsc_to_system_mul: AtomicU32::new(0),
-            tsc_shift: AtomicI8::new(0),
-            flags: AtomicU8::new(0),
-            pad: [AtomicU8::new(0), AtomicU8::new(0)],
+    crate::__clockhal_const_fn! {
+        /// A zeroed area (version 0, mul 0: "not yet written").
+        pub fn new() -> Self {
+            PvclockVcpuTimeInfo {
+                version: AtomicU32::new(0),
+                pad0: AtomicU32::new(0),
+                tsc_timestamp: AtomicU64::new(0),
+                system_time: AtomicU64::new(0),
+                tsc_to_system_mul: AtomicU32::new(0),
+                tsc_shift: AtomicI8::new(0),
+                flags: AtomicU8::new(0),
+                pad: [AtomicU8::new(0), AtomicU8::new(0)],
+            }
         }
     }
 }
@@ -106,6 +110,8 @@ pub struct HvReferenceTscPage {
     pub reserved: [AtomicU64; 509],
 }
 
+// The ABI layouts (loom's atomics, for the models only, are larger).
+#[cfg(not(loom))]
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
     assert!(size_of::<HvReferenceTscPage>() == 4096);
@@ -127,14 +133,16 @@ impl HvReferenceTscPage {
         self.sequence.store(sequence, SeqCst);
     }
 
-    /// A zeroed (invalid) page.
-    pub const fn new() -> Self {
-        HvReferenceTscPage {
-            sequence: AtomicU32::new(0),
-            reserved0: AtomicU32::new(0),
-            scale: AtomicU64::new(0),
-            offset: AtomicI64::new(0),
-            reserved: [const { AtomicU64::new(0) }; 509],
+    crate::__clockhal_const_fn! {
+        /// A zeroed (invalid) page.
+        pub fn new() -> Self {
+            HvReferenceTscPage {
+                sequence: AtomicU32::new(0),
+                reserved0: AtomicU32::new(0),
+                scale: AtomicU64::new(0),
+                offset: AtomicI64::new(0),
+                reserved: crate::__clockhal_array![AtomicU64::new(0); 509],
+            }
         }
     }
 }

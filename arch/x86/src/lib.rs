@@ -11,6 +11,7 @@ mod memory;
 mod native;
 pub mod paravirt;
 pub mod pit;
+mod sync;
 
 pub use hardware::{rdmsr_checked, CpuidResult, Hardware, MmioRegion, Msr};
 pub use memory::{OffsetMapping, PhysMemory, SliceMemory};

@@ -17,7 +17,7 @@ use crate::{Hardware, Msr};
 
 mod scale;
 
-use core::sync::atomic::AtomicU32;
+use crate::sync::{array, const_fn, AtomicU32};
 // Layouts and guest-side arithmetic: one copy, shared with user programs.
 pub use clockhal_user::paravirt::{
     hv_scale_tsc, hv_scale_valid, hv_sequence_valid, hv_tsc_hz_from_scale, pvclock_params_valid,
@@ -25,7 +25,6 @@ pub use clockhal_user::paravirt::{
     HV_NS_PER_UNIT, HV_REFERENCE_HZ, PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
 };
 pub use scale::{hv_next_sequence, hv_reference_scale, pvclock_time_scale};
-use static_assertions::assert_eq_size;
 
 /// One 4 KiB page of pvclock areas, one per vCPU (128): page-aligned, so a
 /// single physical frame holds them all and area `i` is at the page's
@@ -39,16 +38,16 @@ pub struct PvclockPage {
     pub areas: [PvclockVcpuTimeInfo; PvclockPage::AREAS],
 }
 
-assert_eq_size!(PvclockPage, [u8; 4096]);
-
 impl PvclockPage {
     /// Areas per page.
     pub const AREAS: usize = 128;
 
-    /// A zeroed page.
-    pub const fn new() -> PvclockPage {
-        PvclockPage {
-            areas: [const { PvclockVcpuTimeInfo::new() }; PvclockPage::AREAS],
+    const_fn! {
+        /// A zeroed page.
+        pub fn new() -> PvclockPage {
+            PvclockPage {
+                areas: array![PvclockVcpuTimeInfo::new(); PvclockPage::AREAS],
+            }
         }
     }
 }
@@ -84,15 +83,15 @@ pub struct PvclockWallClock {
     pub nsec: AtomicU32,
 }
 
-assert_eq_size!(PvclockWallClock, [u8; 12]);
-
 impl PvclockWallClock {
-    /// A zeroed structure.
-    pub const fn new() -> Self {
-        PvclockWallClock {
-            version: AtomicU32::new(0),
-            sec: AtomicU32::new(0),
-            nsec: AtomicU32::new(0),
+    const_fn! {
+        /// A zeroed structure.
+        pub fn new() -> Self {
+            PvclockWallClock {
+                version: AtomicU32::new(0),
+                sec: AtomicU32::new(0),
+                nsec: AtomicU32::new(0),
+            }
         }
     }
 }

@@ -7,6 +7,7 @@ mod error;
 mod msr;
 mod page;
 mod partition;
+mod sync;
 
 pub use error::{HypervError, PageError};
 pub use msr::{HypervMsrClock, MSR_RATING, MSR_STABILITY};

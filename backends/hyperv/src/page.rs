@@ -1,5 +1,9 @@
 //! The reference TSC page: decoding it, and the "hyperv-page" clock.
 
+use crate::sync::{
+    fence, AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
 use crate::{HypervMsrClock, PageError};
 use clockhal_core::{
     judge_update, ClockSource, Frequency, MapSlot, MonotonicClamp, PerCpuSlots, Quality, ReadCost,
@@ -9,10 +13,6 @@ use clockhal_x86::paravirt::{
     hv_disable_reference_tsc, hv_scale_tsc, hv_sequence_valid, HvReferenceTscPage, PhysMapped,
 };
 use clockhal_x86::Hardware;
-use core::sync::atomic::{
-    fence, AtomicBool, AtomicU32, AtomicU64,
-    Ordering::{AcqRel, Acquire, Relaxed},
-};
 
 /// How many times a read samples a page whose sequence changes under it
 /// before falling back to TIME_REF_COUNT (or holding).
@@ -72,6 +72,9 @@ fn try_sample(page: &HvReferenceTscPage, rdtsc: &mut impl FnMut() -> u64) -> Att
     let scale = page.scale.load(Relaxed);
     let offset = page.offset.load(Relaxed);
     let tsc = rdtsc();
+    // The field loads complete before the sequence re-check
+    // (`clockhal_loom_mutant`: removed; the loom model must then fail).
+    #[cfg(not(clockhal_loom_mutant))]
     fence(Acquire);
     if page.sequence.load(Relaxed) != sequence {
         return Attempt::Changed;

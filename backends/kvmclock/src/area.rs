@@ -3,16 +3,16 @@
 //! Read-only and independent of MSRs, so it works on any area: one this
 //! crate registered, or the page a host kernel maps into its vDSO.
 
+use crate::sync::{
+    fence,
+    Ordering::{Acquire, Relaxed},
+};
 use clockhal_core::Frequency;
 use clockhal_x86::paravirt::{
     pvclock_scale_delta, pvclock_tsc_hz_ratio, PvclockVcpuTimeInfo, PVCLOCK_GUEST_STOPPED,
     PVCLOCK_TSC_STABLE_BIT,
 };
 use core::fmt;
-use core::sync::atomic::{
-    fence,
-    Ordering::{Acquire, Relaxed},
-};
 
 /// How many times a read samples an area whose version is odd or changes
 /// under it before giving up ([`PvclockError::Busy`]). A real host update
@@ -116,6 +116,9 @@ impl Sample {
         let flags = area.flags.load(Relaxed);
         let tsc = rdtsc();
         // Field loads above must complete before the version re-check.
+        // (`clockhal_loom_mutant`: the fence removed; the loom model must
+        // then find a torn read.)
+        #[cfg(not(clockhal_loom_mutant))]
         fence(Acquire);
         if area.version.load(Relaxed) != version {
             return None;

@@ -7,6 +7,7 @@ mod area;
 mod clock;
 mod error;
 mod registry;
+mod sync;
 mod wall;
 
 pub use area::{area_tsc_frequency, read_area, PvclockError, PvclockTime, MAX_READ_ATTEMPTS};

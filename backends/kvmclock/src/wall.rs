@@ -1,11 +1,11 @@
 //! The pvclock wall clock: Unix time at kvmclock 0.
 
-use crate::MAX_READ_ATTEMPTS;
-use clockhal_x86::paravirt::PvclockWallClock;
-use core::sync::atomic::{
+use crate::sync::{
     fence,
     Ordering::{Acquire, Relaxed},
 };
+use crate::MAX_READ_ATTEMPTS;
+use clockhal_x86::paravirt::PvclockWallClock;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 

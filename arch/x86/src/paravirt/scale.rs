@@ -42,20 +42,30 @@ pub const fn pvclock_time_scale(tsc_hz: u64) -> Option<(u32, i8)> {
 }
 
 /// The reference TSC page `scale` a Hyper-V host publishes for a TSC of
-/// `tsc_hz` Hz: `(10^7 << 64) / tsc_hz`, so that `(tsc * scale) >> 64`
-/// counts 100 ns units. `None` below 10 MHz (the scale would not fit).
+/// `tsc_hz` Hz: `floor((10^7 << 64) / tsc_hz)`, so that `(tsc * scale) >> 64`
+/// counts 100 ns units (the exact count or one below). At exactly 10 MHz the
+/// exact scale, 2^64, does not fit: it saturates to `u64::MAX` (one unit of
+/// 2^-64 low, the same floor-or-one-below accuracy). `None` below 10 MHz
+/// (the scale would exceed 2^64). Never `Some(0)`, which a page reader takes
+/// as "page unusable".
 ///
 /// ```
 /// use clockhal_x86::paravirt::{hv_reference_scale, hv_scale_tsc};
 /// let s = hv_reference_scale(2_300_000_000).unwrap();
 /// assert!((9_999_999..=10_000_000).contains(&hv_scale_tsc(2_300_000_000, s, 0)));
+/// assert_eq!(hv_reference_scale(10_000_000), Some(u64::MAX));
 /// assert_eq!(hv_reference_scale(1_000_000), None);
 /// ```
 pub const fn hv_reference_scale(tsc_hz: u64) -> Option<u64> {
     if tsc_hz < HV_REFERENCE_HZ {
         return None;
     }
-    Some((((HV_REFERENCE_HZ as u128) << 64) / tsc_hz as u128) as u64)
+    let scale = ((HV_REFERENCE_HZ as u128) << 64) / tsc_hz as u128;
+    Some(if scale > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        scale as u64
+    })
 }
 
 /// The sequence a Hyper-V host writes after `prev`: the next value that
@@ -70,6 +80,32 @@ pub const fn hv_next_sequence(prev: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::paravirt::{hv_scale_tsc, hv_tsc_hz_from_scale};
+
+    #[test]
+    fn reference_scale_is_never_zero() {
+        // Issue 18: 10 MHz gave Some(0) (2^64 truncated), "page unusable".
+        assert_eq!(hv_reference_scale(HV_REFERENCE_HZ), Some(u64::MAX));
+        assert_eq!(hv_reference_scale(HV_REFERENCE_HZ - 1), None);
+        for hz in [
+            HV_REFERENCE_HZ,
+            HV_REFERENCE_HZ + 1,
+            2_300_000_000,
+            u64::MAX,
+        ] {
+            let s = hv_reference_scale(hz).unwrap();
+            assert_ne!(s, 0, "{hz}");
+            // One second of ticks is 10^7 units, or one below.
+            let units = hv_scale_tsc(hz, s, 0);
+            assert!((9_999_999..=10_000_000).contains(&units), "{hz}: {units}");
+            let (n, d) = hv_tsc_hz_from_scale(s).unwrap();
+            // The scale is truncated, so the rate it implies is hz or
+            // faster by at most one part in `scale`.
+            let implied = n / d;
+            assert!(implied >= hz as u128, "{hz}");
+            assert!(implied - hz as u128 <= hz as u128 / s as u128 + 1, "{hz}");
+        }
+    }
 
     #[test]
     fn host_scales_round_trip_through_the_guest_formulas() {
