@@ -262,12 +262,13 @@ impl WarpBudget {
     /// at 1..4 GHz; a cache-line transfer between cores or sockets takes
     /// ~0.05..0.3 µs).
     ///
-    /// Measured under QEMU 7.2 with two vCPUs: when both vCPU threads run
-    /// at once the run ends after its 2,000 hand-overs (TCG: ~2,000 reads,
-    /// 1..4 ms; KVM with trapping `rdtsc`: tens of ms); when the host makes
-    /// them take turns on one core (any other busy process on a 2-core
-    /// host) it runs to the time bound, one hand-over per host context
-    /// switch.
+    /// Measured under QEMU 7.2 with two vCPUs on a 2-core host: when both
+    /// vCPU threads run at once the run ends after its 2,000 hand-overs
+    /// (TCG: ~1,100..1,400 reads per CPU, 0.5..0.7 ms; KVM, where every
+    /// `rdtsc` traps: ~1,000 reads, 17 ms); when the host makes them take
+    /// turns on one core (seen whenever another session kept a host core
+    /// busy: both vCPU threads on one host CPU) it runs to the time bound
+    /// with one hand-over each way per host context switch (~30..50).
     pub const DEFAULT: WarpBudget = WarpBudget {
         min_hand_overs: 1_000,
         max_reads: 4_000_000,
@@ -330,10 +331,10 @@ impl Default for WarpReport {
 /// What a report proves (see [`WarpReport::status`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
-    /// No reading went back; the TSCs differ by less than `within`, which
+    /// No reading went back; the TSCs differ by at most `within`, which
     /// is within the limit.
     InStep { within: u64 },
-    /// CPU `behind`'s TSC is behind the other's by more than `by` ticks.
+    /// CPU `behind`'s TSC is behind the other's by at least `by` ticks.
     OutOfStep { behind: usize, by: u64 },
     /// The other CPU did not arrive (or no run happened).
     NoPartner,
@@ -358,15 +359,16 @@ impl WarpReport {
     }
 
     /// What the evidence says about `d` = the second CPU's TSC minus the
-    /// first's: `d > lower` and `d < upper`, each where that direction had
-    /// hand-overs (`(lower, upper)`).
+    /// first's: `lower <= d <= upper`, each where that direction had
+    /// hand-overs (`(lower, upper)`; strictly inside unless the TSC
+    /// advances in steps coarser than a hand-over).
     pub fn offset_range(&self) -> (Option<i64>, Option<i64>) {
         (self.gap(0).map(i64::saturating_neg), self.gap(1))
     }
 
     /// A reading that went back: `(behind, ticks)`, the index of the CPU
     /// whose TSC is behind (0: the first) and the largest backward step
-    /// (its TSC is behind by more than that). Proof even from an
+    /// (its TSC is behind by at least that). Proof even from an
     /// incomplete run.
     pub fn warp(&self) -> Option<(usize, u64)> {
         let backward = |to: usize| self.gap(to).filter(|g| *g < 0).map_or(0, i64::unsigned_abs);
@@ -376,7 +378,7 @@ impl WarpReport {
     }
 
     /// Without a warp and with hand-overs both ways, the bound `N`: the
-    /// TSCs differ by less than this many ticks (the larger of the two
+    /// TSCs differ by at most this many ticks (the larger of the two
     /// directions' smallest gaps), whether or not within the limit.
     pub fn offset_bound(&self) -> Option<u64> {
         match (self.gap(0), self.gap(1)) {
@@ -449,7 +451,7 @@ impl fmt::Display for WarpReport {
         let other = |i: usize| self.cpu(1 - i.min(1));
         match self.verdict() {
             Verdict::InStep { within } => {
-                write!(f, "in step: the TSCs differ by less than {within} ticks")?
+                write!(f, "in step: the TSCs differ by at most {within} ticks")?
             }
             Verdict::OutOfStep { behind, by } => write!(
                 f,
@@ -468,7 +470,7 @@ impl fmt::Display for WarpReport {
             )?,
             Verdict::TooWide { within } => write!(
                 f,
-                "inconclusive: the TSCs differ by less than {within} ticks, above the limit \
+                "inconclusive: the TSCs differ by at most {within} ticks, above the limit \
                  (readings crossed slowly: CPUs taking turns on one host core?)"
             )?,
         }
@@ -521,13 +523,14 @@ impl fmt::Display for GapText {
 /// is evidence:
 ///
 /// - a negative gap is a reading that went back across CPUs: the
-///   receiver's TSC is behind the sender's by more than `−gap` ticks (a
+///   receiver's TSC is behind the sender's by at least `−gap` ticks (a
 ///   warp: proof, whatever else happened; [`WarpReport::warp`]);
 /// - with `d` = the second CPU's TSC minus the first's, a hand-over from
 ///   the first to the second took `gap − d` ticks, one the other way
-///   `gap + d`; both are positive, so each direction's smallest gap bounds
-///   `d` from one side: `−min_gap[0] < d < min_gap[1]`
-///   ([`WarpReport::offset_range`]). Without a warp, `|d|` is below `N`,
+///   `gap + d`; both are positive (or zero, for a TSC that advances in
+///   coarse steps), so each direction's smallest gap bounds `d` from one
+///   side: `−min_gap_ticks[0] ≤ d ≤ min_gap_ticks[1]`
+///   ([`WarpReport::offset_range`]). Without a warp, `|d|` is at most `N`,
 ///   the larger of the two ([`WarpReport::offset_bound`]).
 ///
 /// Linux's `check_tsc_warp` compares against the last value under a shared
@@ -547,7 +550,7 @@ impl fmt::Display for GapText {
 /// The test hands readings over the fastest way there is — a store, a load
 /// and an ordered TSC read, less work than any clock read — so once the
 /// fastest hand-overs both ways show no warp, only readings handed over
-/// faster than those could step back, and by less than `N`. That covers
+/// faster than those could step back, and by at most `N`. That covers
 /// clock reads when `N` is about what a hand-over takes between two CPUs
 /// *running at the same time*: one TSC read on each side plus one
 /// cache-line transfer. [`WarpReport::limit_ticks`] allows twice that (an
@@ -654,7 +657,6 @@ fn run<H: Hardware>(
     let mut my_cost = my_cost;
     let mut last_seen = 0u64;
     let (mut reads, mut hand_overs, mut min_gap) = (0u64, 0u64, NO_GAP);
-    let allowance = c.allowance.load(Ordering::Relaxed);
     while reads < budget.max_reads {
         // The order that makes a hand-over causal: their reading was
         // stored after they read it; ours is read after the load.
@@ -687,7 +689,10 @@ fn run<H: Hardware>(
         let decided = || {
             let their_count = theirs.hand_overs.load(Ordering::Relaxed);
             let their_gap = theirs.min_gap.load(Ordering::Relaxed);
+            // As the report will judge it (a value not yet published
+            // reads as 0: a stricter limit, never a looser one).
             let costs = [my_cost, theirs.read_cost.load(Ordering::Relaxed)];
+            let allowance = c.allowance.load(Ordering::Relaxed);
             hand_overs >= budget.min_hand_overs
                 && their_count >= budget.min_hand_overs
                 && (min_gap < 0

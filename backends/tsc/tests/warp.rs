@@ -139,7 +139,7 @@ fn synchronised_tscs_are_in_step_within_a_few_reads() {
     );
     assert!(
         r.to_string().starts_with(&format!(
-            "in step: the TSCs differ by less than {n} ticks (cpu "
+            "in step: the TSCs differ by at most {n} ticks (cpu "
         )),
         "{r}"
     );
@@ -358,7 +358,7 @@ fn cpus_taking_turns_on_one_host_core_are_unknown_within_the_time_bound() {
     assert_eq!(r.status(), SyncStatus::Unknown, "{r}");
     assert!(
         r.to_string().starts_with(&format!(
-            "inconclusive: the TSCs differ by less than {n} ticks, above the limit"
+            "inconclusive: the TSCs differ by at most {n} ticks, above the limit"
         )),
         "{r}"
     );
@@ -519,7 +519,7 @@ fn folding_reports() {
     assert_eq!(in_step.status(), SyncStatus::Synchronized);
     assert_eq!(
         in_step.to_string(),
-        "in step: the TSCs differ by less than 410 ticks \
+        "in step: the TSCs differ by at most 410 ticks \
          (cpu 0 -> cpu 1: 1000 hand-overs, fastest 410 ticks; cpu 1 -> cpu 0: 1000 hand-overs, \
          fastest 300 ticks; limit 4296 ticks (reads 40+60, transfer 2048); 1001+1001 reads in \
          600000 ticks)"
