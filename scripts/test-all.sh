@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every clockhal test on a fresh machine: formatting, lints, host tests
-# (simulated machine), no_std builds for x86_64-unknown-none, docs, the kernel
-# crates, and the QEMU conformance matrix.
+# (simulated machine), no_std builds for x86_64-unknown-none, docs (also as
+# docs.rs builds them), builds with the declared MSRV, the crates.io packages
+# (dry run), the kernel crates, and the QEMU conformance matrix.
 #
 #   ./scripts/test-all.sh            # everything
 #   SKIP_MATRIX=1 ./scripts/test-all.sh   # everything but QEMU
+#   SKIP_FOREIGN=1 ./scripts/test-all.sh  # no Hermit / bootloader_api rows (no pinned nightlies)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -13,16 +15,28 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # Kernel crates live in their own workspace (they link for bare metal).
 KERNELS=conformance/kernels
+# The library crates' declared rust-version, and the nightly docs.rs stands
+# for (pinned, so CI does not change under us).
+MSRV=1.85
+DOCS_NIGHTLY=nightly-2026-08-01
 
 step "format"
 cargo fmt --all -- --check
 (cd "$KERNELS" && cargo fmt --all -- --check)
+# Crates with workspaces of their own (conformance/hermit, the image builder).
+rustfmt --check --edition 2021 conformance/hermit/kernel/src/lib.rs conformance/hermit/export/src/main.rs \
+    conformance/hermit/app/src/main.rs examples/bootloader-api/image-builder/src/main.rs
 
 step "clippy (host workspace, all targets, all features)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "clippy (kernel crates, x86_64-unknown-none)"
 (cd "$KERNELS" && cargo clippy --release --workspace --lib --bins --examples -- -D warnings)
+
+step "Hermit export tool and loader (clippy, host tests)"
+(cd conformance/hermit/export && cargo clippy -q --all-targets -- -D warnings && cargo test -q)
+(cd "$KERNELS" && cargo clippy -q -p clockhal-hermit-loader --lib --tests --target x86_64-unknown-linux-gnu -- -D warnings &&
+    cargo test -q -p clockhal-hermit-loader --target x86_64-unknown-linux-gnu)
 
 step "host tests (simulated machine)"
 cargo test --workspace --all-features
@@ -31,6 +45,13 @@ cargo test -p clockhal --no-default-features --features tsc,kvmclock --test feat
 
 step "live KVM pvclock page of this machine (SKIP lines say why where absent)"
 cargo test -q -p clockhal-bench --test live_pvclock -- --nocapture --test-threads 1
+
+# Instructions per read of clockhal's fast paths (Clock::now() on TSC,
+# kvmclock, Hyper-V page; the backends' reads) under valgrind, against
+# bench/instruction-budgets.json: a regression check that does not depend on
+# the machine's load. SKIP (with the reason) where valgrind cannot run.
+step "instruction budgets of the read paths (valgrind)"
+cargo run -q -p clockhal-bench --release --bin clockhal-read-count -- --check
 
 step "no_std builds for x86_64-unknown-none"
 LIBS=(clockhal-core clockhal-x86 clockhal-user clockhal-kvmclock clockhal-hyperv clockhal-tsc clockhal-hpet clockhal-acpi-pm clockhal-pit clockhal-rtc clockhal-conformance)
@@ -44,15 +65,57 @@ for f in kvmclock hyperv tsc hpet acpi-pm defmt embedded-time; do
 done
 cargo build -q -p clockhal --target x86_64-unknown-none --features kvmclock,hyperv,tsc,hpet,acpi-pm,defmt,embedded-time
 
-step "docs (warnings are errors)"
+step "docs (warnings are errors) and the READMEs' docs.rs links"
 RUSTDOCFLAGS="-D warnings" cargo doc -q --workspace --no-deps --all-features
+./scripts/check-readme-links.sh
+
+# docs.rs builds with nightly and `--cfg docsrs`, which turns on the
+# feature badges (`doc_cfg`); this is that build, on a pinned nightly.
+step "docs as docs.rs builds them ($DOCS_NIGHTLY, --cfg docsrs)"
+source scripts/foreign-lib.sh # ensure_toolchain; the bootloader_api image builder uses the same nightly
+ensure_toolchain "$DOCS_NIGHTLY"
+RUSTDOCFLAGS="--cfg docsrs -D warnings" CARGO_TARGET_DIR=target/docsrs \
+    cargo "+$DOCS_NIGHTLY" doc -q --workspace --no-deps --all-features
+
+# The declared rust-version, built for real, against Cargo.lock. --locked: a
+# locked dependency that needs a newer rustc fails here; then lock an older
+# one (`CARGO_RESOLVER_INCOMPATIBLE_RUST_VERSIONS=fallback cargo update -p
+# <dep>` picks the newest that builds on the MSRV).
+step "MSRV: the library crates with Rust $MSRV (host and x86_64-unknown-none)"
+rustup toolchain install "$MSRV" --profile minimal --target x86_64-unknown-none --no-self-update
+msrv_build() { CARGO_TARGET_DIR=target/msrv cargo "+$MSRV" build -q --locked "$@"; }
+msrv_build "${LIBS[@]/#/--package=}" --package=clockhal --package=clockhal-sim --package=clockhal-linux --all-features
+msrv_build "${LIBS[@]/#/--package=}" --package=clockhal --target x86_64-unknown-none \
+    --features clockhal/defmt,clockhal/embedded-time
+
+# Every publishable crate, packaged in dependency order and each package
+# built from its own .crate against the others (a local registry overlay);
+# nothing is uploaded. --allow-dirty: local runs with uncommitted changes.
+step "packages: cargo publish --dry-run --workspace"
+# Cargo takes registry crates of one version to be immutable: it reuses an
+# earlier run's unpacking (under $CARGO_HOME/registry/src/-<hash>) and build
+# of the same version even though the sources changed. So: drop those, and
+# verify in a target directory of its own, from scratch.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/clockhal-* target/publish
+CARGO_TARGET_DIR=target/publish cargo publish -q --workspace --dry-run --allow-dirty
+echo "  packaged and verified:" $(cd target/publish/package && ls -d clockhal*/)
 
 if [[ "${SKIP_MATRIX:-0}" == 1 ]]; then
     step "QEMU matrix: SKIPPED (SKIP_MATRIX=1)"
 else
     # Also boots the Linux peer (a Debian kernel fetched once with apt-get
-    # download into target/linux-peer, init built with gcc -static).
-    step "QEMU conformance matrix and the Linux peer"
-    cargo run -q -p clockhal-matrix --release
+    # download into target/linux-peer, init built with gcc -static), and the
+    # Hermit and bootloader_api rows: the matrix builds them once
+    # (scripts/hermit.sh, scripts/bootloader-api.sh --build-only).
+    step "QEMU conformance matrix, foreign kernels and the Linux peer"
+    FOREIGN=()
+    [[ "${SKIP_FOREIGN:-0}" == 1 ]] && FOREIGN=(--no-foreign)
+    cargo run -q -p clockhal-matrix --release -- "${FOREIGN[@]}"
+    if [[ "${SKIP_FOREIGN:-0}" != 1 && -e conformance/hermit/kernel/target/export/libhermit.a ]]; then
+        step "clippy (Hermit application, nightly-2025-03-15, x86_64-unknown-hermit)"
+        source scripts/foreign-lib.sh
+        ensure_toolchain nightly-2025-03-15 rust-src llvm-tools clippy
+        (cd conformance/hermit/app && cargo +nightly-2025-03-15 clippy -q --release -- -D warnings)
+    fi
 fi
 step "all tests passed"

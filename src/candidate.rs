@@ -132,6 +132,9 @@ pub enum Rejection {
     /// The ACPI PM timer backend refused.
     #[cfg(feature = "acpi-pm")]
     AcpiPm(clockhal_acpi_pm::AcpiPmError),
+    /// The PIT backend refused.
+    #[cfg(feature = "pit")]
+    Pit(clockhal_pit::PitError),
     /// Hosted mode: the host clock could not be read or calibrated against.
     Hosted(&'static str),
     /// Another probe result owns this machine's clock hardware (drop it,
@@ -159,6 +162,8 @@ impl fmt::Display for Rejection {
             Rejection::Hpet(e) => fmt::Display::fmt(e, f),
             #[cfg(feature = "acpi-pm")]
             Rejection::AcpiPm(e) => fmt::Display::fmt(e, f),
+            #[cfg(feature = "pit")]
+            Rejection::Pit(e) => fmt::Display::fmt(e, f),
             Rejection::Hosted(what) => f.write_str(what),
             Rejection::HardwareOwned => f.write_str("clock hardware owned by another probe result"),
         }
@@ -266,6 +271,9 @@ pub enum Note {
     /// The PM timer's read mode.
     #[cfg(feature = "acpi-pm")]
     PmMode(clockhal_acpi_pm::PmMode),
+    /// What the PIT may be used for.
+    #[cfg(feature = "pit")]
+    Pit(clockhal_pit::PitRole),
     /// Hosted mode: where the TSC's rate came from.
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     HostedRate(crate::hosted::RateOrigin),
@@ -295,6 +303,8 @@ impl fmt::Display for Note {
             Note::PmMode(clockhal_acpi_pm::PmMode::Fast) => f.write_str("fast mode"),
             #[cfg(feature = "acpi-pm")]
             Note::PmMode(clockhal_acpi_pm::PmMode::Verified) => f.write_str("verified mode"),
+            #[cfg(feature = "pit")]
+            Note::Pit(role) => fmt::Display::fmt(role, f),
             #[cfg(all(feature = "std", target_arch = "x86_64"))]
             Note::HostedRate(o) => write!(f, "rate from {o}"),
         }

@@ -106,6 +106,7 @@
 //! | `defmt` | no | `defmt::Format` for every public type (core and arch too) |
 //! | `embedded-time` | no | [`Clock`] implements `embedded_time::Clock` (nanoseconds, `u64`) |
 //! | `std` | no | hosted mode for Linux user space ([`hosted`]) |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -157,6 +158,9 @@ pub use clockhal_hyperv as hyperv;
 /// The kvmclock backend.
 #[cfg(feature = "kvmclock")]
 pub use clockhal_kvmclock as kvmclock;
+/// The PIT backend.
+#[cfg(feature = "pit")]
+pub use clockhal_pit as pit;
 /// The TSC backend.
 #[cfg(feature = "tsc")]
 pub use clockhal_tsc as tsc;

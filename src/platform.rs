@@ -64,6 +64,8 @@ pub struct Platform<'a> {
     pub(crate) acpi: Option<(u64, &'a dyn PhysMemory)>,
     pub(crate) hpet: HpetAccess<'a>,
     pub(crate) pm_timer: Option<(u16, bool)>,
+    #[cfg(feature = "pit")]
+    pub(crate) pit: Option<clockhal_pit::PitOptions>,
     pub(crate) pvclock_areas: Option<PhysMapped<[PvclockVcpuTimeInfo]>>,
     pub(crate) pvclock_wall_clock: Option<PhysMapped<PvclockWallClock>>,
     pub(crate) hyperv_tsc_page: Option<PhysMapped<HvReferenceTscPage>>,
@@ -72,7 +74,7 @@ pub struct Platform<'a> {
     pub(crate) tsc_rate: Option<Frequency>,
     #[cfg(feature = "tsc")]
     pub(crate) tsc_sync: clockhal_tsc::SyncStatus,
-    pub(crate) cpus: usize,
+    pub(crate) cpus: Option<usize>,
     pub(crate) update_bounds: UpdateBounds,
     pub(crate) supervision_timeout: clockhal_core::Duration,
     pub(crate) max_jump: clockhal_core::Duration,
@@ -80,6 +82,7 @@ pub struct Platform<'a> {
     pub(crate) self_check: SelfCheck,
     pub(crate) watchdog: WatchdogConfig,
     pub(crate) extra: Option<&'static dyn ClockSource>,
+    pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
 }
 
 impl Default for Platform<'_> {
@@ -94,6 +97,16 @@ impl fmt::Debug for Platform<'_> {
             .field("rsdp", &self.acpi.map(|(rsdp, _)| rsdp))
             .field("hpet", &self.hpet)
             .field("pm_timer", &self.pm_timer)
+            .field("pit", &{
+                #[cfg(feature = "pit")]
+                {
+                    self.pit
+                }
+                #[cfg(not(feature = "pit"))]
+                {
+                    None::<()>
+                }
+            })
             .field(
                 "pvclock_areas",
                 &self.pvclock_areas.map(|a| (a.phys(), a.len())),
@@ -112,6 +125,7 @@ impl fmt::Debug for Platform<'_> {
             .field("self_check", &self.self_check)
             .field("watchdog", &self.watchdog)
             .field("extra", &self.extra.map(|e| e.name()))
+            .field("clock_page", &self.clock_page.is_some())
             .finish()
     }
 }
@@ -124,6 +138,10 @@ impl<'a> Platform<'a> {
             acpi: None,
             hpet: HpetAccess::None,
             pm_timer: None,
+            #[cfg(feature = "pit")]
+            pit: Some(clockhal_pit::PitOptions {
+                as_clock: clockhal_pit::ReadCommitment::None,
+            }),
             pvclock_areas: None,
             pvclock_wall_clock: None,
             hyperv_tsc_page: None,
@@ -132,7 +150,7 @@ impl<'a> Platform<'a> {
             tsc_rate: None,
             #[cfg(feature = "tsc")]
             tsc_sync: clockhal_tsc::SyncStatus::default(),
-            cpus: 1,
+            cpus: None,
             update_bounds: UpdateBounds::new(),
             supervision_timeout: clockhal_core::Duration::from_secs(2),
             max_jump: clockhal_core::Duration::from_secs(10),
@@ -140,7 +158,19 @@ impl<'a> Platform<'a> {
             self_check: SelfCheck::new(),
             watchdog: WatchdogConfig::default(),
             extra: None,
+            clock_page: None,
         }
+    }
+
+    /// The user clock page to keep up to date (`clockhal_user`): the
+    /// clock republishes its mapping at every change of source, so user
+    /// programs read the time without a system call where the source
+    /// allows (the TSC, kvmclock with a trusted stable bit, the Hyper-V
+    /// page) and are told to ask the kernel where it does not. Build the
+    /// writer before the page is mapped into any process.
+    pub fn clock_page(mut self, writer: clockhal_user::ClockPageWriter<'static>) -> Self {
+        self.clock_page = Some(writer);
+        self
     }
 
     /// The RSDP's physical address and a reader for physical memory: the
@@ -167,6 +197,21 @@ impl<'a> Platform<'a> {
     /// OS knows them; otherwise they come from the FADT.
     pub fn pm_timer(mut self, port: u16, bits32: bool) -> Self {
         self.pm_timer = Some((port, bits32));
+        self
+    }
+
+    /// Whether and how clockhal may use the 8254 PIT's channel 2 (it
+    /// programs channel 2 and port 0x61 bits 0–1; channel 0, the OS's
+    /// tick, is never touched). The default, a PIT without a read
+    /// commitment, makes it the TSC's calibration reference only where
+    /// nothing else can give the TSC a rate (no stated rate, no HPET, no PM
+    /// timer: QEMU microvm), as Linux calibrates against the PIT. `None`:
+    /// clockhal never touches the PIT. A commitment
+    /// ([`ReadCommitment::EveryMs`](clockhal_pit::ReadCommitment)) also
+    /// makes it a clock of last resort.
+    #[cfg(feature = "pit")]
+    pub fn pit(mut self, options: Option<clockhal_pit::PitOptions>) -> Self {
+        self.pit = options;
         self
     }
 
@@ -236,10 +281,13 @@ impl<'a> Platform<'a> {
         self
     }
 
-    /// How many CPUs the OS runs (default 1). With more than one, the TSC
-    /// is not auto-selected until a warp test says the TSCs are in step.
+    /// How many CPUs the OS runs. With more than one, the TSC is not
+    /// auto-selected until a warp test says the TSCs are in step. If the
+    /// OS does not say, the MADT's count of enabled processors is used
+    /// (with [`acpi`](Self::acpi)), else 1: an SMP kernel that forgets this
+    /// call still gets no TSC trusted across CPUs nobody tested.
     pub fn cpus(mut self, n: usize) -> Self {
-        self.cpus = n.max(1);
+        self.cpus = Some(n.max(1));
         self
     }
 

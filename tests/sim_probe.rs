@@ -172,8 +172,8 @@ fn hyperv_selects_the_reference_page() {
         "no HPET region or mapper given"
     );
     assert_eq!(rejection_text(r, SourceId::Kvmclock), "not a KVM guest");
-    m.reset_traps();
     let clock = p.into_clock().unwrap();
+    m.reset_traps();
     for _ in 0..100 {
         clock.now();
     }
@@ -712,9 +712,10 @@ fn single_candidate_has_no_watchdog_and_no_clock_is_an_error() {
     assert_eq!(clock.watchdog_tick(), WatchdogEvent::Inactive);
     drop(clock);
 
-    // TCG without HPET/PM access: nothing to rate the TSC with.
+    // TCG without HPET/PM access, and the PIT kept by the OS: nothing to
+    // rate the TSC with.
     let m = SimMachine::qemu_tcg();
-    let p = probe(&m, Platform::new().self_check(fast_check()));
+    let p = probe(&m, Platform::new().pit(None).self_check(fast_check()));
     assert_eq!(p.report().selected_id(), None);
     let report = *p.report();
     let err = p.into_clock().unwrap_err();
@@ -732,7 +733,12 @@ fn the_table_lists_every_candidate_with_its_descriptors() {
     let p = probe(&m, platform(&m));
     let table = p.report().table().to_string();
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 7, "{table}");
+    assert_eq!(lines.len(), 8, "{table}");
+    let pit = lines.iter().find(|l| l.starts_with("pit")).unwrap();
+    assert!(
+        pit.contains("rejected") && pit.contains("not needed"),
+        "{pit}"
+    );
     assert!(lines[0].starts_with("source") && lines[0].contains("read cost"));
     let kvm = lines.iter().find(|l| l.starts_with("kvmclock")).unwrap();
     assert!(
@@ -848,4 +854,64 @@ fn readers_on_other_threads_stay_ordered_across_a_switch() {
     });
     assert!(reads.load(Ordering::Relaxed) > 1_000);
     assert_eq!(clock.source_name(), "kvmclock");
+}
+
+#[test]
+fn microvm_calibrates_the_tsc_against_the_pit_and_selects_it() {
+    // QEMU TCG microvm: no HPET, no PM timer, no stated TSC rate; a PIT.
+    let m = SimMachine::qemu_tcg_microvm();
+    let p = probe(
+        &m,
+        Platform::new()
+            .tsc_sync(SyncStatus::SingleCpu)
+            .self_check(fast_check()),
+    );
+    let r = *p.report();
+    let pit = r.get(SourceId::Pit).unwrap();
+    assert!(
+        pit.note.to_string().contains("calibration reference only"),
+        "{pit:?}"
+    );
+    assert!(!pit.rating().unwrap().auto_selectable());
+    let tsc = r.get(SourceId::Tsc).unwrap();
+    assert!(
+        tsc.note.to_string().contains("rate calibrated against pit"),
+        "{}",
+        tsc.note
+    );
+    assert_eq!(r.selected_id(), Some(SourceId::Tsc));
+    let clock = p.into_clock().unwrap();
+    // Nothing can supervise it: it stays without watchdog ticks.
+    let t0 = clock.now();
+    m.advance(5_000_000_000);
+    let took = clock.elapsed(t0).as_nanos();
+    assert!(
+        took.abs_diff(5_000_000_000) <= 500_000,
+        "5 s measured as {took} ns"
+    );
+    assert_eq!(clock.source_id(), SourceId::Tsc);
+    let f = clock.tsc().unwrap().frequency();
+    let err = f.ppb_from(&Frequency::from_hz(2_000_000_000).unwrap()) / 1000;
+    assert!(err.abs() <= 100, "rate off by {err} ppm");
+
+    // An OS that keeps the PIT gets no clock here, and no PIT port is
+    // touched.
+    let m = SimMachine::qemu_tcg_microvm();
+    let tap = clockhal_sim::PortTap::new(&m);
+    let p = probe(
+        &tap,
+        Platform::new().pit(None).tsc_sync(SyncStatus::SingleCpu),
+    );
+    assert_eq!(p.report().selected_id(), None);
+    let touched: Vec<_> = tap
+        .log()
+        .into_iter()
+        .filter(|a| match *a {
+            clockhal_sim::PortAccess::Read { port, .. }
+            | clockhal_sim::PortAccess::Write { port, .. } => {
+                (0x40..=0x43).contains(&port) || port == 0x61
+            }
+        })
+        .collect();
+    assert!(touched.is_empty(), "{touched:?}");
 }

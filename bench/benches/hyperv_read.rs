@@ -15,10 +15,11 @@ use clockhal_sim::{RealTsc, SimMachine};
 use clockhal_x86::paravirt::{hv_reference_scale, hv_scale_tsc};
 use clockhal_x86::{Hardware, Native};
 
-use clockhal_bench::support as bench_support;
+mod support;
 use criterion::Criterion;
 use std::hint::black_box;
 use std::time::Duration;
+use support as bench_support;
 
 /// Makes the simulated partition publish a page for the *real* TSC whose
 /// reading matches its own reference counter now, as Hyper-V would, so the

@@ -15,10 +15,11 @@ use clockhal_sim::{RealTsc, SimMachine};
 use clockhal_x86::paravirt::{pvclock_time_scale, PvclockVcpuTimeInfo, PVCLOCK_TSC_STABLE_BIT};
 use clockhal_x86::{Hardware, Native};
 
-use clockhal_bench::support as bench_support;
+mod support;
 use criterion::Criterion;
 use std::hint::black_box;
 use std::time::Duration;
+use support as bench_support;
 
 /// Writes `area` as a host does: the real TSC rate, the timeline
 /// continuing from the area's current reading (0 the first time).

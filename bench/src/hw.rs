@@ -11,9 +11,15 @@
 //! except for the hypervisor leaves, which present a minimal KVM or Hyper-V
 //! ([`Persona`]), and MSRs read 0 and drop writes. The read paths being
 //! timed are therefore exactly the backends' own, on the real TSC.
+//!
+//! Every `UserHw` value is a machine of its own: its own clock lease and
+//! per-CPU slot pool (leaked, a few dozen KiB per row), so the bench can keep
+//! one probed clock per row alive at the same time.
 
+use clockhal_core::SlotPool;
 use clockhal_x86::cpuid::{HYPERV_SIGNATURE, KVM_SIGNATURE};
 use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr, Native};
+use core::sync::atomic::{AtomicBool, AtomicU64};
 
 /// Which hypervisor [`UserHw`]'s CPUID presents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,36 +29,64 @@ pub enum Persona {
     /// Hyper-V ("Hv#1") offering only the reference TSC page (no
     /// TIME_REF_COUNT, so no MSR is ever read for time).
     Hyperv,
+    /// No hypervisor (CPUID.1:ECX bit 31 clear, no 0x4000xxxx leaves): only
+    /// the TSC is on offer, as on bare metal.
+    BareMetal,
 }
 
 /// Real TSC, real CPUID outside the hypervisor leaves, inert MSRs.
+///
+/// `RDTSCP`: `rdtsc_ordered` is a bare `rdtscp` instead of `Native`'s
+/// (a type parameter, so the rows' read paths carry no test for it).
 #[derive(Clone, Copy, Debug)]
-pub struct UserHw {
+pub struct UserHw<const RDTSCP: bool = false> {
     native: Native,
     persona: Persona,
-    rdtscp_ordered: bool,
+    lease: &'static AtomicBool,
+    pool: &'static SlotPool,
 }
 
 impl UserHw {
     /// The stand-in for `persona`; `rdtsc_ordered` is `Native`'s
     /// (`rdtscp` where available, else `lfence; rdtsc`, `mfence; rdtsc` on AMD).
+    /// No CPU index (`Native::hosted()`): per-CPU floors are raised with
+    /// locked instructions, so any number of threads may read.
     pub fn new(persona: Persona) -> UserHw {
         UserHw {
             native: Native::hosted(),
             persona,
-            rdtscp_ordered: false,
+            lease: Box::leak(Box::new(AtomicBool::new(false))),
+            pool: Box::leak(Box::new(SlotPool::new())),
         }
     }
 
-    /// The same, but `rdtsc_ordered` is `rdtscp` (what Linux's
-    /// `rdtsc_ordered` and its vDSO use when the CPU has it): for measuring
-    /// what that choice would save. `None` without RDTSCP.
-    pub fn with_rdtscp_ordering(persona: Persona) -> Option<UserHw> {
-        let hw = UserHw {
-            rdtscp_ordered: true,
+    /// The same for a one-CPU kernel (`Native::new().single_cpu()`): the
+    /// per-CPU floor is raised with an unlocked, interrupt-safe `cmpxchg`.
+    /// Read it from one thread only (the bench's pinned main thread).
+    pub fn one_cpu(persona: Persona) -> UserHw {
+        UserHw {
+            native: Native::hosted().single_cpu(),
             ..UserHw::new(persona)
-        };
-        clockhal_x86::cpuid::has_rdtscp(&hw.native).then_some(hw)
+        }
+    }
+
+    /// The same, but `rdtsc_ordered` is a bare `rdtscp` (what Linux's
+    /// `rdtsc_ordered` and its vDSO use when the CPU has it): for measuring
+    /// what `Native`'s run-time choice of the fence costs. `None` without
+    /// RDTSCP.
+    pub fn with_rdtscp_ordering(persona: Persona) -> Option<UserHw<true>> {
+        let UserHw {
+            native,
+            persona,
+            lease,
+            pool,
+        } = UserHw::new(persona);
+        clockhal_x86::cpuid::has_rdtscp(&native).then_some(UserHw {
+            native,
+            persona,
+            lease,
+            pool,
+        })
     }
 }
 
@@ -67,7 +101,7 @@ fn signature(max_leaf: u32, sig: &[u8; 12]) -> CpuidResult {
     }
 }
 
-impl Hardware for UserHw {
+impl<const RDTSCP: bool> Hardware for UserHw<RDTSCP> {
     #[inline(always)]
     fn rdtsc(&self) -> u64 {
         self.native.rdtsc()
@@ -76,7 +110,7 @@ impl Hardware for UserHw {
     fn rdtsc_ordered(&self) -> u64 {
         // rdtscp waits for every earlier instruction and load, like the
         // fence it replaces.
-        if self.rdtscp_ordered {
+        if RDTSCP {
             self.native.rdtscp().0
         } else {
             self.native.rdtsc_ordered()
@@ -86,6 +120,21 @@ impl Hardware for UserHw {
     fn rdtscp(&self) -> (u64, u32) {
         self.native.rdtscp()
     }
+    #[inline(always)]
+    fn cpu_index(&self) -> usize {
+        self.native.cpu_index()
+    }
+    #[inline(always)]
+    fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
+        self.native.fetch_max_local(cell, value)
+    }
+    fn clock_lease(&self) -> &AtomicBool {
+        self.lease
+    }
+    #[inline(always)]
+    fn slot_pool(&self) -> &SlotPool {
+        self.pool
+    }
     fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult {
         const NONE: CpuidResult = CpuidResult {
             eax: 0,
@@ -94,9 +143,13 @@ impl Hardware for UserHw {
             edx: 0,
         };
         match (self.persona, leaf) {
-            (_, 1) => {
+            (persona, 1) => {
                 let mut r = self.native.cpuid(1, subleaf);
-                r.ecx |= 1 << 31; // hypervisor present
+                if persona == Persona::BareMetal {
+                    r.ecx &= !(1 << 31);
+                } else {
+                    r.ecx |= 1 << 31; // hypervisor present
+                }
                 r
             }
             (Persona::Kvm, 0x4000_0000) => signature(0x4000_0001, KVM_SIGNATURE),
@@ -175,6 +228,8 @@ mod tests {
         let hv = UserHw::new(Persona::Hyperv);
         let (_, f) = cpuid::hyperv(&hv).expect("Hyper-V persona");
         assert!(f.reference_tsc() && !f.time_ref_count());
+        let bare = UserHw::new(Persona::BareMetal);
+        assert!(cpuid::kvm(&bare).is_none() && cpuid::hyperv(&bare).is_none());
         // The TSC is the real one: it advances.
         let a = hv.rdtsc_ordered();
         assert!(hv.rdtsc_ordered() > a);

@@ -65,6 +65,12 @@ impl Row {
         &self.name
     }
 
+    /// `n` calls, untimed and without the around hook (instruction counting
+    /// runs one thread).
+    pub fn run(&mut self, n: u64) {
+        (self.batch)(n);
+    }
+
     /// One timed batch of `n` calls: ns per call (CLOCK_MONOTONIC_RAW).
     fn sample(&mut self, n: u64) -> f64 {
         if let Some(a) = self.around.as_mut() {

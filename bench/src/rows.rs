@@ -1,9 +1,16 @@
-//! The measured operations.
+//! The measured operations: every row of the read-cost table, built once
+//! for timing (`clockhal-bench`) or for counting instructions under
+//! valgrind (`clockhal-read-count`, [`crate::count`]).
+//!
+//! Rows are built in this library (not in a binary) so that the code each
+//! row runs is compiled once, here: the timed and the counted loops are the
+//! same machine code.
 
-use clockhal_bench::host;
-use clockhal_bench::hw::{Persona, UserHw};
-use clockhal_bench::measure::Row;
-use clockhal_core::{ClockSource, Frequency, Policy, Scale};
+use crate::host;
+use crate::hw::{Persona, UserHw};
+use crate::measure::Row;
+use clockhal::{Platform, SourceId};
+use clockhal_core::{ClockSource, Frequency, Migration, Policy, Scale};
 use clockhal_hyperv::{Hyperv, HypervConfig};
 use clockhal_kvmclock::{read_area, Kvmclock, KvmclockConfig};
 use clockhal_linux::LivePvclock;
@@ -20,153 +27,250 @@ use std::time::Duration;
 /// Name of the baseline row every ratio is relative to.
 pub const ORDERED_RDTSC: &str = "ordered rdtsc (Native::rdtsc_ordered)";
 
+/// Name of the row that only counts loop overhead (count mode only): the
+/// batch loop around a call that returns a constant.
+pub const LOOP: &str = "loop overhead (black_box(0))";
+
+/// `Clock::now()` built by `clockhal::probe()` on the TSC.
+pub const FACADE_TSC: &str = "clockhal::Clock::now() via probe (tsc)";
+/// `Clock::now()` built by `clockhal::probe()` on kvmclock, stable page.
+pub const FACADE_KVM: &str = "clockhal::Clock::now() via probe (kvmclock, stable page)";
+/// `Clock::now()` built by `clockhal::probe()` on the Hyper-V page.
+pub const FACADE_HV: &str = "clockhal::Clock::now() via probe (Hyper-V page)";
+
+/// The TSC backend's read and the caller's conversion to ns.
+pub const TSC: &str = "clockhal TSC -> ns (Tsc::read + Scale)";
+/// kvmclock's own read, stable page.
+pub const KVM_STABLE: &str = "clockhal kvmclock -> ns (stable page)";
+/// kvmclock's own read without the stable bit (the global clamp).
+pub const KVM_CLAMP: &str = "clockhal kvmclock -> ns (clamp, 1 thread)";
+/// A ring-3 read of the OS's clock page.
+pub const USER: &str = "clockhal-user clock page (ClockReader::now, TSC state)";
+/// The Hyper-V page clock's read and the conversion to ns.
+pub const HV: &str = "clockhal Hyper-V page -> ns";
+
+/// The clockhal fast paths whose instructions per read have a budget
+/// (`bench/instruction-budgets.json`).
+pub const BUDGETED: &[&str] = &[
+    FACADE_TSC, FACADE_KVM, FACADE_HV, TSC, KVM_STABLE, KVM_CLAMP, HV, USER,
+];
+
+/// What the rows are built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Every row, for `clockhal-bench`'s timing.
+    Timing,
+    /// Only rows whose instructions valgrind can count (plus [`LOOP`]).
+    Count,
+}
+
 /// The rows, and the rows that could not be built here (with why).
 pub struct Built {
     /// Rows to measure.
     pub rows: Vec<Row>,
     /// `"<name>: <reason>"` for each row left out.
     pub skipped: Vec<String>,
+    /// `(name, why)` of every row whose instructions are not counted.
+    pub uncounted: Vec<(String, String)>,
 }
 
-/// Builds every row for a TSC of `tsc_hz` Hz on a machine with `cpus` CPUs.
-pub fn build(hw: Native, tsc_hz: u64, live: Option<LivePvclock>, cpus: usize) -> Built {
-    let mut rows = vec![
-        Row::new("rdtsc", move || hw.rdtsc()),
-        Row::new(ORDERED_RDTSC, move || hw.rdtsc_ordered()),
-        Row::new("rdtscp", move || hw.rdtscp().0),
-    ];
-    let mut skipped = Vec::new();
-    let mut push = |name: &str, row: Result<Row, String>| match row {
-        Ok(r) => rows.push(r),
-        Err(why) => skipped.push(format!("{name}: {why}")),
-    };
+/// What every row is built from.
+pub struct Inputs {
+    /// The real instructions.
+    pub hw: Native,
+    /// The real TSC rate in Hz.
+    pub tsc_hz: u64,
+    /// The kernel's live pvclock page, if any.
+    pub live: Option<LivePvclock>,
+    /// CPUs this process may run on.
+    pub cpus: usize,
+}
 
-    const TSC: &str = "clockhal TSC -> ns (Tsc::read + Scale)";
-    push(TSC, tsc_row(TSC, hw, tsc_hz));
-    const FACADE: &str = "clockhal::Clock::now() (hosted, tsc)";
-    push(FACADE, facade_row(FACADE, tsc_hz));
-    const KVM_STABLE: &str = "clockhal kvmclock -> ns (stable page)";
-    push(
-        KVM_STABLE,
-        kvmclock_row(KVM_STABLE, UserHw::new(Persona::Kvm), tsc_hz, Path::Stable),
-    );
-    const KVM_CLAMP: &str = "clockhal kvmclock -> ns (clamp, 1 thread)";
-    push(
-        KVM_CLAMP,
-        kvmclock_row(KVM_CLAMP, UserHw::new(Persona::Kvm), tsc_hz, Path::Clamp),
-    );
+/// Whether valgrind can count a row's instructions, and if not, why.
+type Countable = Result<(), &'static str>;
+const COUNTED: Countable = Ok(());
+const NO_VDSO: &str = "reads the host's CLOCK_MONOTONIC through rustix's vDSO lookup, which faults under valgrind (rustix issue 1559)";
+
+/// Collects rows as they are built.
+struct Rows {
+    mode: Mode,
+    built: Built,
+}
+
+impl Rows {
+    /// Adds the row `make` builds, unless this is a count run and the row
+    /// cannot be counted (`countable`).
+    fn add(
+        &mut self,
+        name: &str,
+        countable: Countable,
+        make: impl FnOnce() -> Result<Row, String>,
+    ) {
+        if let Err(why) = countable {
+            self.built
+                .uncounted
+                .push((name.to_string(), why.to_string()));
+            if self.mode == Mode::Count {
+                return;
+            }
+        }
+        match make() {
+            Ok(r) => self.built.rows.push(r),
+            Err(why) => self.built.skipped.push(format!("{name}: {why}")),
+        }
+    }
+}
+
+/// Builds every row of `mode` for a TSC of `tsc_hz` Hz.
+pub fn build(input: Inputs, mode: Mode) -> Built {
+    let Inputs {
+        hw,
+        tsc_hz,
+        live,
+        cpus,
+    } = input;
+    let mut r = Rows {
+        mode,
+        built: Built {
+            rows: Vec::new(),
+            skipped: Vec::new(),
+            uncounted: Vec::new(),
+        },
+    };
+    if mode == Mode::Count {
+        r.add(LOOP, COUNTED, || Ok(Row::new(LOOP, || 0u64)));
+    }
+    r.add("rdtsc", COUNTED, || {
+        Ok(Row::new("rdtsc", move || hw.rdtsc()))
+    });
+    r.add(ORDERED_RDTSC, COUNTED, || {
+        Ok(Row::new(ORDERED_RDTSC, move || hw.rdtsc_ordered()))
+    });
+    r.add("rdtscp", COUNTED, || {
+        Ok(Row::new("rdtscp", move || hw.rdtscp().0))
+    });
+
+    r.add(TSC, COUNTED, || tsc_row(TSC, hw, tsc_hz));
+    r.add(FACADE_TSC, COUNTED, || {
+        facade_row(FACADE_TSC, Facade::Tsc, tsc_hz)
+    });
+    r.add(FACADE_KVM, COUNTED, || {
+        facade_row(FACADE_KVM, Facade::Kvmclock, tsc_hz)
+    });
+    r.add(FACADE_HV, COUNTED, || {
+        facade_row(FACADE_HV, Facade::HypervPage, tsc_hz)
+    });
+    const HOSTED: &str = "clockhal::Clock::now() (hosted, tsc)";
+    r.add(HOSTED, Err(NO_VDSO), || hosted_row(HOSTED, tsc_hz));
+    r.add(KVM_STABLE, COUNTED, || {
+        kvmclock_row(KVM_STABLE, UserHw::new(Persona::Kvm), tsc_hz, Path::Stable)
+    });
+    r.add(KVM_CLAMP, COUNTED, || {
+        kvmclock_row(KVM_CLAMP, UserHw::new(Persona::Kvm), tsc_hz, Path::Clamp)
+    });
     const KVM_CLAMP2: &str = "clockhal kvmclock -> ns (clamp, 2 threads)";
-    push(
+    r.add(
         KVM_CLAMP2,
-        if cpus >= 2 {
+        Err("contention is a timing effect (valgrind runs one thread at a time); the 1-thread row counts the path"),
+        || {
+            if cpus < 2 {
+                return Err("needs 2 CPUs".into());
+            }
             kvmclock_row(
                 KVM_CLAMP2,
                 UserHw::new(Persona::Kvm),
                 tsc_hz,
                 Path::ClampContended,
             )
-        } else {
-            Err("needs 2 CPUs".into())
         },
     );
-    const USER: &str = "clockhal-user clock page (ClockReader::now, TSC state)";
-    push(USER, user_page_row(USER, tsc_hz));
-    const HV: &str = "clockhal Hyper-V page -> ns";
-    push(
-        HV,
-        hyperv_row(HV, UserHw::new(Persona::Hyperv), tsc_hz, HvOut::Scale),
-    );
+    r.add(USER, COUNTED, || user_page_row(USER, tsc_hz));
+    r.add(HV, COUNTED, || {
+        hyperv_row(HV, UserHw::new(Persona::Hyperv), tsc_hz, HvOut::Scale)
+    });
     const LIVE: &str = "clockhal kvmclock (live page, read_area)";
-    push(
+    r.add(
         LIVE,
-        live.map(|l| {
-            let area = l.area();
-            Row::new(LIVE, move || {
-                read_area(area, || hw.rdtsc_ordered()).map_or(0, |t| t.ns)
+        Err("the kernel's live page is not mapped under valgrind; the stable-page rows count the same decoding"),
+        || {
+            live.map(|l| {
+                let area = l.area();
+                Row::new(LIVE, move || {
+                    read_area(area, || hw.rdtsc_ordered()).map_or(0, |t| t.ns)
+                })
             })
-        })
-        .ok_or_else(|| "no live pvclock page on this machine".to_string()),
+            .ok_or_else(|| "no live pvclock page on this machine".to_string())
+        },
     );
 
-    rows.push(Row::new(
-        "std::time::Instant::now()",
-        std::time::Instant::now,
-    ));
-    rows.push(Row::new(
-        "clock_gettime(CLOCK_MONOTONIC) (vDSO)",
-        host::mono_ns,
-    ));
-    let _ = quanta::Instant::now(); // calibrates once, outside the timing
-    rows.push(Row::new("quanta::Instant::now()", quanta::Instant::now));
-    let _ = minstant::Instant::now();
-    rows.push(Row::new("minstant::Instant::now()", minstant::Instant::now));
+    const STD: &str = "std::time::Instant::now()";
+    r.add(STD, Err(NO_VDSO), || {
+        Ok(Row::new(STD, std::time::Instant::now))
+    });
+    const VDSO: &str = "clock_gettime(CLOCK_MONOTONIC) (vDSO)";
+    r.add(VDSO, Err(NO_VDSO), || Ok(Row::new(VDSO, host::mono_ns)));
+    const QUANTA: &str = "quanta::Instant::now()";
+    r.add(QUANTA, Err("not clockhal"), || {
+        let _ = quanta::Instant::now(); // calibrates once, outside the timing
+        Ok(Row::new(QUANTA, quanta::Instant::now))
+    });
+    const MINSTANT: &str = "minstant::Instant::now()";
+    r.add(MINSTANT, Err("not clockhal"), || {
+        let _ = minstant::Instant::now();
+        Ok(Row::new(MINSTANT, minstant::Instant::now))
+    });
 
     // Diagnostics: where the time goes, and what ordering the TSC read with
     // rdtscp (as Linux and its vDSO do) instead of lfence would save.
-    let mut diag = |name: &str, row: Result<Row, String>| match row {
-        Ok(r) => rows.push(r),
-        Err(why) => skipped.push(format!("{name}: {why}")),
-    };
     const D_TSC: &str = "diag: clockhal TSC -> ns, rdtscp-ordered";
     const D_KVM: &str = "diag: clockhal kvmclock (stable), rdtscp-ordered";
     const D_HV: &str = "diag: clockhal Hyper-V page -> ns, rdtscp-ordered";
     let rdtscp = |p| UserHw::with_rdtscp_ordering(p).ok_or_else(|| "no RDTSCP".to_string());
-    diag(
-        D_TSC,
-        rdtscp(Persona::Kvm).and_then(|h| tsc_row(D_TSC, h, tsc_hz)),
-    );
-    diag(
-        D_KVM,
-        rdtscp(Persona::Kvm).and_then(|h| kvmclock_row(D_KVM, h, tsc_hz, Path::Stable)),
-    );
-    diag(
-        D_HV,
-        rdtscp(Persona::Hyperv).and_then(|h| hyperv_row(D_HV, h, tsc_hz, HvOut::Scale)),
-    );
+    r.add(D_TSC, COUNTED, || {
+        rdtscp(Persona::Kvm).and_then(|h| tsc_row(D_TSC, h, tsc_hz))
+    });
+    r.add(D_KVM, COUNTED, || {
+        rdtscp(Persona::Kvm).and_then(|h| kvmclock_row(D_KVM, h, tsc_hz, Path::Stable))
+    });
+    r.add(D_HV, COUNTED, || {
+        rdtscp(Persona::Hyperv).and_then(|h| hyperv_row(D_HV, h, tsc_hz, HvOut::Scale))
+    });
     const D_HV_RAW: &str = "diag: clockhal Hyper-V page read (100 ns units)";
-    diag(
-        D_HV_RAW,
-        hyperv_row(D_HV_RAW, UserHw::new(Persona::Hyperv), tsc_hz, HvOut::Units),
-    );
+    r.add(D_HV_RAW, COUNTED, || {
+        hyperv_row(D_HV_RAW, UserHw::new(Persona::Hyperv), tsc_hz, HvOut::Units)
+    });
     const D_MUL: &str = "diag: ordered rdtsc + one 0.64 multiply (no exact-floor fixup)";
-    diag(
-        D_MUL,
-        if tsc_hz > 1_000_000_000 {
-            // What a conversion costs without Scale's exact-floor correction:
-            // ns = (ticks * floor(2^64 * 10^9 / hz)) >> 64, floor or one below.
-            let m = ((1_000_000_000u128 << 64) / tsc_hz as u128) as u64;
-            Ok(Row::new(D_MUL, move || {
-                ((hw.rdtsc_ordered() as u128 * m as u128) >> 64) as u64
-            }))
-        } else {
-            Err("only for TSCs above 1 GHz".into())
-        },
-    );
+    r.add(D_MUL, COUNTED, || {
+        if tsc_hz <= 1_000_000_000 {
+            return Err("only for TSCs above 1 GHz".into());
+        }
+        // What a conversion costs without Scale's exact-floor correction:
+        // ns = (ticks * floor(2^64 * 10^9 / hz)) >> 64, floor or one below.
+        let m = ((1_000_000_000u128 << 64) / tsc_hz as u128) as u64;
+        Ok(Row::new(D_MUL, move || {
+            ((hw.rdtsc_ordered() as u128 * m as u128) >> 64) as u64
+        }))
+    });
     const D_HV100: &str = "diag: clockhal Hyper-V page read x 100 (integer ratio)";
-    diag(
-        D_HV100,
+    r.add(D_HV100, COUNTED, || {
         hyperv_row(
             D_HV100,
             UserHw::new(Persona::Hyperv),
             tsc_hz,
             HvOut::Times100,
-        ),
-    );
+        )
+    });
     const D_SCALE: &str = "diag: Scale::ticks_to_ns alone";
-    diag(
-        D_SCALE,
-        Frequency::from_hz(tsc_hz)
-            .map_err(|e| e.to_string())
-            .map(|f| {
-                let scale = Scale::new(f);
-                let mut t = 1u64 << 40;
-                Row::new(D_SCALE, move || {
-                    t += 1;
-                    scale.ticks_to_ns(black_box(t))
-                })
-            }),
-    );
-    Built { rows, skipped }
+    r.add(D_SCALE, COUNTED, || {
+        let f = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
+        let scale = Scale::new(f);
+        let mut t = 1u64 << 40;
+        Ok(Row::new(D_SCALE, move || {
+            t += 1;
+            scale.ticks_to_ns(black_box(t))
+        }))
+    });
+    r.built
 }
 
 /// The TSC backend on the real TSC, rate given as a pvclock-exact hint, and
@@ -186,13 +290,92 @@ fn tsc_row<H: Hardware + 'static>(name: &str, hw: H, tsc_hz: u64) -> Result<Row,
 
 /// The facade's hosted clock on the TSC, rate given the way hosted mode
 /// takes it from the live pvclock page.
-fn facade_row(name: &str, tsc_hz: u64) -> Result<Row, String> {
+fn hosted_row(name: &str, tsc_hz: u64) -> Result<Row, String> {
     let rate = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
     let probed = clockhal::hosted::probe_with_rate(&Policy::new(), Some(rate));
     let clock = probed.into_clock().map_err(|e| e.to_string())?;
     let clock: &'static clockhal::Clock<_> = Box::leak(Box::new(clock));
     if clock.source_name() != "tsc" {
         return Err(format!("hosted mode chose {}", clock.source_name()));
+    }
+    Ok(Row::new(name, move || clock.now()))
+}
+
+/// Which source a [`facade_clock`] runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Facade {
+    /// The TSC of a machine without hypervisor, rate stated by the OS,
+    /// forced (`Policy::force("tsc")`: selected whatever CPUID says, also
+    /// under valgrind's synthetic CPUID, and never switched away from).
+    Tsc,
+    /// kvmclock on one area with the stable bit (CPUID grants it).
+    Kvmclock,
+    /// The Hyper-V reference TSC page (the partition offers only it).
+    HypervPage,
+}
+
+/// `Clock::now()` as a one-CPU kernel gets it: `clockhal::probe()` on
+/// [`UserHw::one_cpu`] with the clock memory written once, before the
+/// probe, with the real TSC rate (as a host with a stable master clock
+/// serves it between its rare updates), then `into_clock()`. The clock's
+/// current source must be the intended one.
+///
+/// This is the bench's only coupling to the facade's probe API.
+pub fn facade_clock(which: Facade, tsc_hz: u64) -> Result<clockhal::Clock<UserHw>, String> {
+    let memory = SharedMemory::default();
+    let (hw, platform, want) = match which {
+        Facade::Tsc => {
+            let rate = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
+            let policy = Policy::new().migration(Migration::WillNot).force("tsc");
+            let platform = Platform::new().tsc_rate(rate).policy(policy);
+            (UserHw::one_cpu(Persona::BareMetal), platform, SourceId::Tsc)
+        }
+        Facade::Kvmclock => {
+            let hw = UserHw::one_cpu(Persona::Kvm);
+            let (mul, shift) = pvclock_time_scale(tsc_hz).ok_or("TSC rate out of range")?;
+            let areas = memory.alloc_pvclock_areas(1);
+            let area = areas.element(0).ok_or("no area")?.get();
+            area.publish(
+                hw.rdtsc_ordered(),
+                1_000_000_000,
+                mul,
+                shift,
+                PVCLOCK_TSC_STABLE_BIT,
+            );
+            (hw, Platform::new().pvclock_areas(areas), SourceId::Kvmclock)
+        }
+        Facade::HypervPage => {
+            let scale = hv_reference_scale(tsc_hz).ok_or("TSC rate out of range")?;
+            let page = memory.alloc_hv_page();
+            page.get().publish(hv_next_sequence(0), scale, 0);
+            let platform = Platform::new()
+                .hyperv_tsc_page(page)
+                .hyperv_guest_os_id(clockhal_hyperv::DEFAULT_GUEST_OS_ID);
+            (
+                UserHw::one_cpu(Persona::Hyperv),
+                platform,
+                SourceId::HypervPage,
+            )
+        }
+    };
+    let probed = clockhal::probe(hw, platform);
+    let report = probed.report().to_string();
+    let clock = probed.into_clock().map_err(|e| e.to_string())?;
+    if clock.source_id() != want {
+        return Err(format!(
+            "the probe selected {} instead of {want:?}: {report}",
+            clock.source_name()
+        ));
+    }
+    Ok(clock)
+}
+
+/// A [`facade_clock`] row.
+fn facade_row(name: &str, which: Facade, tsc_hz: u64) -> Result<Row, String> {
+    let clock: &'static clockhal::Clock<UserHw> = Box::leak(Box::new(facade_clock(which, tsc_hz)?));
+    let first = clock.now();
+    if clock.now() < first {
+        return Err("the clock went backwards".into());
     }
     Ok(Row::new(name, move || clock.now()))
 }
@@ -241,7 +424,12 @@ enum Path {
 
 /// A `Kvmclock` probed on [`UserHw`] over an area written once with the
 /// real TSC rate (stable flag set or not).
-fn kvmclock_row(name: &str, hw: UserHw, tsc_hz: u64, path: Path) -> Result<Row, String> {
+fn kvmclock_row<const R: bool>(
+    name: &str,
+    hw: UserHw<R>,
+    tsc_hz: u64,
+    path: Path,
+) -> Result<Row, String> {
     let (mul, shift) = pvclock_time_scale(tsc_hz).ok_or("TSC rate out of range")?;
     let areas = SharedMemory::default().alloc_pvclock_areas(1);
     let flags = if path == Path::Stable {
@@ -258,7 +446,7 @@ fn kvmclock_row(name: &str, hw: UserHw, tsc_hz: u64, path: Path) -> Result<Row, 
     if clock.stable() != (path == Path::Stable) {
         return Err("kvmclock did not take the intended path".into());
     }
-    let clock: &'static Kvmclock<UserHw> = Box::leak(Box::new(clock));
+    let clock: &'static Kvmclock<UserHw<R>> = Box::leak(Box::new(clock));
     let row = Row::new(name, move || clock.read());
     if path != Path::ClampContended {
         return Ok(row);
@@ -271,7 +459,12 @@ fn kvmclock_row(name: &str, hw: UserHw, tsc_hz: u64, path: Path) -> Result<Row, 
 
 /// A Hyper-V page clock probed on [`UserHw`] over a page written once with
 /// the real TSC rate, and the conversion `out`.
-fn hyperv_row(name: &str, hw: UserHw, tsc_hz: u64, out: HvOut) -> Result<Row, String> {
+fn hyperv_row<const R: bool>(
+    name: &str,
+    hw: UserHw<R>,
+    tsc_hz: u64,
+    out: HvOut,
+) -> Result<Row, String> {
     let scale = hv_reference_scale(tsc_hz).ok_or("TSC rate out of range")?;
     let page = SharedMemory::default().alloc_hv_page();
     page.get().publish(hv_next_sequence(0), scale, 0);
@@ -286,7 +479,7 @@ fn hyperv_row(name: &str, hw: UserHw, tsc_hz: u64, out: HvOut) -> Result<Row, St
     if hv.page().is_none() {
         return Err(format!("page rejected: {:?}", hv.page_error()));
     }
-    let hv: &'static Hyperv<UserHw> = Box::leak(Box::new(hv));
+    let hv: &'static Hyperv<UserHw<R>> = Box::leak(Box::new(hv));
     let clock = hv.page().ok_or("no page clock")?;
     Ok(match out {
         HvOut::Scale => {

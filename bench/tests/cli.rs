@@ -1,5 +1,6 @@
 //! The benchmark binary end to end, with tiny sample counts: it runs, writes
-//! the documented JSON, and measures every row it promises.
+//! the documented JSON, measures every row it promises, and counts the
+//! instructions of the clockhal rows (or says why not).
 
 use std::process::Command;
 
@@ -7,7 +8,15 @@ use std::process::Command;
 fn writes_the_documented_json_with_every_core_row() {
     let out = std::env::temp_dir().join(format!("clockhal-bench-cli-{}.json", std::process::id()));
     let run = Command::new(env!("CARGO_BIN_EXE_clockhal-bench"))
-        .args(["--samples", "3", "--batch", "200", "--out"])
+        .args([
+            "--samples",
+            "3",
+            "--batch",
+            "200",
+            "--reads",
+            "200",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .expect("run the bench");
@@ -26,6 +35,9 @@ fn writes_the_documented_json_with_every_core_row() {
         "rdtscp",
         "clockhal TSC -> ns (Tsc::read + Scale)",
         "clockhal::Clock::now() (hosted, tsc)",
+        "clockhal::Clock::now() via probe (tsc)",
+        "clockhal::Clock::now() via probe (kvmclock, stable page)",
+        "clockhal::Clock::now() via probe (Hyper-V page)",
         "clockhal kvmclock -> ns (stable page)",
         "clockhal kvmclock -> ns (clamp, 1 thread)",
         "clockhal Hyper-V page -> ns",
@@ -41,6 +53,31 @@ fn writes_the_documented_json_with_every_core_row() {
             "row {row} missing from the table:\n{stdout}"
         );
     }
+    // Every clockhal fast path has an instruction count, or the reason
+    // valgrind could not run is recorded; rows never counted say why.
+    let counted = !stdout.contains("SKIP instruction counts:");
+    for row in clockhal_bench::rows::BUDGETED {
+        let line = json
+            .lines()
+            .find(|l| l.contains(&format!("{{\"name\": \"{row}\"")))
+            .unwrap_or_else(|| panic!("{row} missing"));
+        if counted {
+            assert!(
+                line.contains("\"instructions_per_read\": ") && !line.contains("null"),
+                "{line}"
+            );
+        } else {
+            assert!(line.contains("\"instructions_note\": \"SKIP"), "{line}");
+        }
+    }
+    let std_row = json
+        .lines()
+        .find(|l| l.contains("\"std::time::Instant::now()\""))
+        .unwrap();
+    assert!(
+        std_row.contains("\"instructions_per_read\": null, \"instructions_note\": "),
+        "{std_row}"
+    );
     // The baseline's ratio to itself.
     assert!(json.contains(r#"{"name": "ordered rdtsc (Native::rdtsc_ordered)", "ns_median": "#));
     let base = json
@@ -48,7 +85,7 @@ fn writes_the_documented_json_with_every_core_row() {
         .find(|l| l.contains("\"ordered rdtsc (Native::rdtsc_ordered)\""))
         .unwrap();
     assert!(
-        base.ends_with("\"ratio_to_ordered_rdtsc\": 1.000},"),
+        base.contains("\"ratio_to_ordered_rdtsc\": 1.000, "),
         "{base}"
     );
     // Rows needing a live page or a second CPU are either measured or

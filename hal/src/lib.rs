@@ -1,24 +1,5 @@
-//! # clockhal-core
-//!
-//! The hardware-free half of clockhal: what a clock *is* ([`ClockSource`]),
-//! how its ticks become nanoseconds exactly ([`Frequency`], [`Scale`]), how a
-//! narrow counter is widened ([`WrapExtender`]), how a source that may step
-//! back across CPUs is kept monotonic ([`MonotonicClamp`], and
-//! [`MonotonicGuard`] for clocks with a trusted fast path), the nanosecond
-//! timeline ([`Instant`], [`Duration`]), and how sources are ranked
-//! ([`select`]) and cross-checked at run time ([`Watchdog`]).
-//!
-//! This crate contains no `unsafe` and touches no hardware; backends live in
-//! their own crates and implement [`ClockSource`].
-//!
-//! ```
-//! use clockhal_core::{Frequency, Scale};
-//! // HPET with the classic 69,841,279 fs period, kept exact.
-//! let f = Frequency::from_period_fs(69_841_279).unwrap();
-//! let scale = Scale::new(f);
-//! // 14,318,180 ticks of 69.841279 ns are 1.000000004 s, exactly.
-//! assert_eq!(scale.ticks_to_ns_exact(14_318_180), 1_000_000_004);
-//! ```
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 

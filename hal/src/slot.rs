@@ -182,6 +182,41 @@ impl MapSlot {
         })
     }
 
+    /// [`PerCpuSlots::read_cached`] on this slot (see there).
+    #[inline(always)]
+    pub fn read_cached(
+        &self,
+        epoch: u32,
+        tag: impl FnOnce() -> Option<u32>,
+        tsc: impl FnOnce() -> u64,
+    ) -> Option<CachedRead> {
+        let slot = self;
+        let seq = slot.seq.load(Ordering::Acquire);
+        if seq & 1 != 0 || seq == 0 {
+            return None;
+        }
+        let t = tsc();
+        let r = Ordering::Relaxed;
+        let (e_tag, e_epoch) = (slot.tag.load(r), slot.epoch.load(r));
+        let map = TscMap::from_words(
+            slot.int.load(r),
+            slot.frac.load(r),
+            (slot.add_hi.load(r) as u128) << 64 | slot.add_lo.load(r) as u128,
+        );
+        let limit = slot.limit.load(r);
+        if !slot.unchanged(seq) || e_epoch & !SlotEntry::ORDERED != epoch || tag()? != e_tag {
+            return None;
+        }
+        let ns = map.apply(t);
+        if ns > limit {
+            return None;
+        }
+        Some(CachedRead {
+            ns,
+            ordered: e_epoch & SlotEntry::ORDERED != 0,
+        })
+    }
+
     /// The largest value this CPU returned; raise it with the OS's
     /// CPU-local max (`Hardware::fetch_max_local` in clockhal-x86), or with
     /// `fetch_max` when the slot is shared.
@@ -225,36 +260,50 @@ impl PerCpuSlots {
     }
 
     /// The read path of every TSC-based source: CPU `cpu`'s cached map, if
-    /// it is of `epoch` and its tag equals the source's current token
-    /// (`tag()`, e.g. the pvclock version) both before and after the TSC is
-    /// read (`tsc()`), and the reading is within the entry's limit. `None`
-    /// sends the caller to its slow path. No write, no shared line: one
-    /// cache line of this CPU's, plus what `tag` loads.
+    /// it is of `epoch`, its tag equals the source's current token
+    /// (`tag()`, e.g. the pvclock version, read once *after* the TSC) and
+    /// the reading is within the entry's limit. `None` sends the caller to
+    /// its slow path. No write, no shared line: one cache line of this
+    /// CPU's, plus what `tag` loads.
+    ///
+    /// Only the slot's sequence is loaded before the TSC (`tsc()`, an
+    /// ordered read, waits for earlier loads: the fewer, the sooner); the
+    /// entry and the token are loaded after it. That the token is checked
+    /// once, after the TSC read, is enough because tokens only move
+    /// forward: the entry was validated for `tag` before this read began,
+    /// so at the TSC read the source's token was at least `tag`, and the
+    /// check shows it was at most `tag`. (As in Linux's vDSO, the CPU may
+    /// execute the token load before the TSC read completes; the pairing
+    /// that allows — a TSC value from just after a host update with the
+    /// parameters from just before — is bounded by the update's continuity
+    /// and by the entry's limit.)
     #[inline(always)]
     pub fn read_cached(
         &self,
         cpu: usize,
         epoch: u32,
-        tag: impl Fn() -> Option<u32>,
+        tag: impl FnOnce() -> Option<u32>,
         tsc: impl FnOnce() -> u64,
     ) -> Option<CachedRead> {
-        let (slot, _) = self.get(cpu);
-        let (seq, e) = slot.load()?;
-        if e.epoch & !SlotEntry::ORDERED != epoch || tag()? != e.tag {
-            return None;
+        self.get(cpu).0.read_cached(epoch, tag, tsc)
+    }
+
+    /// Raises `slot`'s floor (CPU `cpu`'s, from [`get`](Self::get), `own`
+    /// as it returned) to `value` and returns the result: with `local` on a
+    /// slot of its own, with a locked `fetch_max` on the shared one. For a
+    /// read path that already holds the slot.
+    #[inline(always)]
+    pub fn raise_in(
+        slot: &MapSlot,
+        own: bool,
+        value: u64,
+        local: impl FnOnce(&AtomicU64, u64) -> u64,
+    ) -> u64 {
+        if own {
+            local(slot.floor(), value)
+        } else {
+            slot.floor().fetch_max(value, Ordering::AcqRel).max(value)
         }
-        let t = tsc();
-        if !slot.unchanged(seq) || tag()? != e.tag {
-            return None;
-        }
-        let ns = e.map.apply(t);
-        if ns > e.limit {
-            return None;
-        }
-        Some(CachedRead {
-            ns,
-            ordered: e.epoch & SlotEntry::ORDERED != 0,
-        })
     }
 
     /// Raises CPU `cpu`'s floor to `value` and returns the result: with
@@ -456,6 +505,12 @@ mod tests {
                 while !stop.load(Ordering::Relaxed) {
                     slot.store(if i % 2 == 0 { &b } else { &a });
                     i += 1;
+                    // Gaps between stores, so a reader on a loaded machine
+                    // also completes reads (stores back to back could
+                    // starve it; the torn check runs either way).
+                    for _ in 0..(i % 64) {
+                        std::hint::spin_loop();
+                    }
                 }
             })
         };

@@ -3,6 +3,9 @@
 //! lifecycle (application processors, TSC sync results, resume).
 
 mod read;
+#[cfg(feature = "tsc")]
+mod refine;
+mod user_page;
 mod watchdog;
 
 pub(crate) use read::{MapNow, Mapped};
@@ -151,7 +154,9 @@ impl core::error::Error for CpuError {}
 ///   not checked per read; the promise is checked where it can be (kvmclock
 ///   areas must agree, [`STABLE_AGREEMENT_NS`](crate::kvmclock::STABLE_AGREEMENT_NS);
 ///   the OS's warp test; `IA32_TSC_ADJUST`), and once broken, reads go
-///   through the clamp. A switch between sources continues above every
+///   through the clamp. (A read in flight on another CPU at that moment
+///   may still finish on the old promise, ahead by up to the disagreement
+///   found; the next watchdog tick raises the clamp above it.) A switch between sources continues above every
 ///   floor: at most [`SWITCH_MARGIN_NS`] forward, never back.
 ///
 /// # What the read path checks
@@ -184,6 +189,9 @@ pub struct Clock<H: Hardware + Clone> {
     pub(crate) base_ticks: [AtomicU64; MAX_CANDIDATES],
     pub(crate) base_ns: [AtomicU64; MAX_CANDIDATES],
     pub(crate) scales: [Option<Scale>; MAX_CANDIDATES],
+    /// The TSC's scale after a run-time refinement of its rate (then it
+    /// replaces `scales[Tsc]`).
+    pub(crate) tsc_scale: spin::Once<Scale>,
     /// Per source: orders its readings across CPUs itself.
     pub(crate) ordered: [bool; MAX_CANDIDATES],
     /// The clock's per-CPU slots in the machine's pool.
@@ -201,6 +209,12 @@ pub struct Clock<H: Hardware + Clone> {
     /// Unix ns at clock ns 0 (wrapping), if known.
     pub(crate) unix_offset: AtomicU64,
     pub(crate) unix_known: AtomicBool,
+    /// The backends' combined epochs last seen ([`Clock::follow_backend_epochs`]).
+    pub(crate) backend_epochs: AtomicU32,
+    /// The clamp takes the floors' maximum again at the next tick.
+    pub(crate) reclamp: AtomicBool,
+    /// The user clock page to republish at every source change.
+    pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -219,6 +233,14 @@ impl<H: Hardware + Clone> Drop for Clock<H> {
 }
 
 impl<H: Hardware + Clone> Clock<H> {
+    /// Source `i`'s scale (ticks to ns) now.
+    pub(crate) fn scale_of(&self, i: usize) -> Option<Scale> {
+        match self.tsc_scale.get() {
+            Some(s) if i == SourceId::Tsc.index() => Some(*s),
+            _ => self.scales.get(i).copied().flatten(),
+        }
+    }
+
     /// The clock's per-CPU slots.
     #[inline(always)]
     pub(crate) fn slots(&self) -> &PerCpuSlots {
@@ -234,6 +256,7 @@ impl<H: Hardware + Clone> Clock<H> {
             hw,
             report,
             settings,
+            clock_page,
         } = probed;
         let nothing = |report| crate::NoClock {
             report,
@@ -269,6 +292,7 @@ impl<H: Hardware + Clone> Clock<H> {
             base_ticks: [const { AtomicU64::new(0) }; MAX_CANDIDATES],
             base_ns: [const { AtomicU64::new(0) }; MAX_CANDIDATES],
             scales,
+            tsc_scale: spin::Once::new(),
             ordered,
             slot_set,
             clamp: MonotonicClamp::new(),
@@ -280,10 +304,21 @@ impl<H: Hardware + Clone> Clock<H> {
             switches: AtomicU32::new(0),
             unix_offset: AtomicU64::new(0),
             unix_known: AtomicBool::new(false),
+            backend_epochs: AtomicU32::new(0),
+            reclamp: AtomicBool::new(false),
+            clock_page,
         };
         // The timeline starts at 0 on the selected source.
         clock.start_source(selected, 0);
+        clock.anchor_at_start(0);
         clock.init_wall_clock();
+        // A TSC the OS already found out of step (Platform::tsc_sync)
+        // withdraws the hosts' cross-CPU promises as a later
+        // `set_tsc_sync` would.
+        if clock.backends.tsc_out_of_step() {
+            clock.backends.each(|b| b.tsc_unsynchronized());
+        }
+        clock.follow_backend_epochs();
         Ok(clock)
     }
 
@@ -336,20 +371,22 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// The current source's exact rate.
     pub fn frequency(&self) -> Option<Frequency> {
-        self.scales[self.current_index()].map(|s| s.frequency())
+        self.scale_of(self.current_index()).map(|s| s.frequency())
     }
 
     /// `ticks` of the current source as a [`Duration`] (exact floor,
     /// saturating).
     pub fn ticks_to_duration(&self, ticks: u64) -> Duration {
         Duration::from_nanos(
-            self.scales[self.current_index()].map_or(0, |s| s.ticks_to_ns_exact(ticks)),
+            self.scale_of(self.current_index())
+                .map_or(0, |s| s.ticks_to_ns_exact(ticks)),
         )
     }
 
     /// `d` in ticks of the current source (exact floor, saturating).
     pub fn duration_to_ticks(&self, d: Duration) -> u64 {
-        self.scales[self.current_index()].map_or(0, |s| s.ns_to_ticks_exact(d.as_nanos()))
+        self.scale_of(self.current_index())
+            .map_or(0, |s| s.ns_to_ticks_exact(d.as_nanos()))
     }
 
     /// How many times the clock switched source (or rebased) at run time.
@@ -388,7 +425,9 @@ impl<H: Hardware + Clone> Clock<H> {
             self.base_ticks[i].store(src.read(), Ordering::Release);
             self.base_ns[i].store(start, Ordering::Release);
         }
-        let supervised = self.is_supervised(id);
+        // Supervision needs something to supervise with: a TSC that is the
+        // machine's only usable counter (QEMU microvm) stays without it.
+        let supervised = self.is_supervised(id) && self.has_watchdog_reference(id);
         let deadline = if supervised {
             start.saturating_add(self.settings.supervision_timeout.as_nanos())
         } else {
@@ -399,6 +438,32 @@ impl<H: Hardware + Clone> Clock<H> {
         let st = self.state.load(Ordering::Acquire);
         let next = ((st >> 8).wrapping_add(1) << 8) | i as u32;
         self.state.store(next, Ordering::Release);
+        self.publish_page();
+    }
+
+    /// The current source's reading on the clock's timeline, without the
+    /// read path's checks (for a watchdog round that has just verified the
+    /// source against its reference). `None` if it gives no reading now.
+    pub(crate) fn verified_now_ns(&self) -> Option<u64> {
+        let id = self.source_id();
+        let i = id.index();
+        match id {
+            SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc => self
+                .mapped_now_ns(id)
+                .map(|ns| ns.wrapping_add(self.offsets[i].load(Ordering::Acquire)))
+                .filter(|v| *v <= read::BEFORE_ZERO),
+            _ => {
+                let (src, scale) = (self.backends.source(id)?, self.scale_of(i)?);
+                let d = src
+                    .read()
+                    .saturating_sub(self.base_ticks[i].load(Ordering::Acquire));
+                Some(
+                    self.base_ns[i]
+                        .load(Ordering::Acquire)
+                        .saturating_add(scale.ticks_to_ns(d)),
+                )
+            }
+        }
     }
 
     /// A TSC-based source's own nanoseconds now (for setting its offset).
@@ -417,6 +482,18 @@ impl<H: Hardware + Clone> Clock<H> {
             SourceId::Tsc => value(b.tsc_mapped(), cpu),
             _ => None,
         }
+    }
+
+    /// Whether some usable, auto-selectable source outside `id`'s counter
+    /// domain exists for the watchdog to compare `id` with.
+    fn has_watchdog_reference(&self, id: SourceId) -> bool {
+        let own = watchdog::domain(id);
+        self.report.lock().candidates().any(|c| {
+            c.id != id
+                && watchdog::domain(c.id) != own
+                && matches!(c.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
+                && self.backends.source(c.id).is_some()
+        })
     }
 
     /// Whether `id` is a TSC that is correct only under supervision.
@@ -453,7 +530,25 @@ impl<H: Hardware + Clone> Clock<H> {
         if tsc_bad {
             self.tsc_sync_changed();
         }
+        self.follow_backend_epochs();
         first
+    }
+
+    /// When a backend's cached maps all went stale (a revoked cross-CPU
+    /// promise, a resume), starts a new generation of the clock's own
+    /// per-CPU maps: readers take the slow path once and pick up what the
+    /// backend says now (e.g. "no longer ordered: clamp").
+    pub(crate) fn follow_backend_epochs(&self) {
+        let now = self.backends.epochs();
+        if self.backend_epochs.swap(now, Ordering::AcqRel) != now {
+            self.state.fetch_add(1 << 8, Ordering::AcqRel);
+            // A read in flight on another CPU may still finish on the old
+            // promise and raise its floor after the clamp took the floors'
+            // maximum: the next watchdog tick takes it again.
+            self.reclamp.store(true, Ordering::Release);
+        } else if self.reclamp.swap(false, Ordering::AcqRel) {
+            self.clamp.clamp(self.slots().max_floor());
+        }
     }
 
     /// Per-CPU teardown: call on every application processor before the
@@ -488,6 +583,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if unsynchronized && self.backends.tsc_out_of_step() {
             self.backends.each(|b| b.tsc_unsynchronized());
         }
+        self.follow_backend_epochs();
         if let Some(t) = self.backends.source(SourceId::Tsc) {
             let mut r = self.report.lock();
             if let Some(c) = r.get_mut(SourceId::Tsc) {
@@ -523,6 +619,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 first = Err(e);
             }
         });
+        self.follow_backend_epochs();
         first
     }
 
@@ -533,7 +630,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// supervised TSC stays even without ticks. `Err` if that source was
     /// not constructed.
     pub fn force(&self, id: SourceId) -> Result<(), crate::Rejection> {
-        if self.scales[id.index()].is_none() || self.backends.source(id).is_none() {
+        if self.scale_of(id.index()).is_none() || self.backends.source(id).is_none() {
             return Err(crate::Rejection::NotConfigured("source not constructed"));
         }
         let _st = self.watchdog.lock();
@@ -587,6 +684,9 @@ impl<H: Hardware + Clone> Clock<H> {
         self.unix_offset
             .store(unix_ns.wrapping_sub(self.now_ns()), Ordering::Release);
         self.unix_known.store(true, Ordering::Release);
+        // The user clock page carries the wall time too.
+        let _st = self.watchdog.lock();
+        self.publish_page();
     }
 
     fn init_wall_clock(&self) {
@@ -621,6 +721,13 @@ impl<H: Hardware + Clone> Clock<H> {
     #[cfg(feature = "tsc")]
     pub fn tsc(&self) -> Option<&clockhal_tsc::Tsc<H>> {
         self.backends.tsc.as_ref()
+    }
+
+    /// The PIT backend (constructed only when needed or committed to, see
+    /// [`Platform::pit`](crate::Platform::pit)).
+    #[cfg(feature = "pit")]
+    pub fn pit(&self) -> Option<&clockhal_pit::Pit<H>> {
+        self.backends.pit.as_ref()
     }
 
     /// The HPET backend.

@@ -12,9 +12,13 @@
 
 use super::{Clock, REVALIDATE_NS};
 use crate::{Demotion, SourceId};
-use clockhal_core::{SlotEntry, TscMap};
+use clockhal_core::{PerCpuSlots, SlotEntry, TscMap};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+
+/// Clock readings above this (292 years) are a source reading below the
+/// timeline's start, wrapped: treated as "before 0", never as time.
+pub(crate) const BEFORE_ZERO: u64 = 1 << 63;
 
 /// The state word's source index bits.
 pub(crate) const ID_MASK: u32 = 0xFF;
@@ -49,23 +53,29 @@ impl<H: Hardware + Clone> Clock<H> {
     pub(crate) fn now_ns(&self) -> u64 {
         let st = self.state.load(Acquire);
         let cpu = self.hw.cpu_index();
+        // The TSC right after the two loads everything else is checked
+        // against (the source generation and the CPU): the ordered read
+        // waits only for them, and the slot's loads overlap with it.
+        let t = self.hw.rdtsc_ordered();
         let b = &self.backends;
         match SourceId::from_index((st & ID_MASK) as usize) {
-            Some(SourceId::Kvmclock) => self.read_mapped(b.kvmclock_mapped(), st, cpu),
-            Some(SourceId::HypervPage) => self.read_mapped(b.hyperv_page_mapped(), st, cpu),
-            Some(SourceId::Tsc) => self.read_mapped(b.tsc_mapped(), st, cpu),
+            Some(SourceId::Kvmclock) => self.read_mapped(b.kvmclock_mapped(), st, cpu, t),
+            Some(SourceId::HypervPage) => self.read_mapped(b.hyperv_page_mapped(), st, cpu, t),
+            Some(SourceId::Tsc) => self.read_mapped(b.tsc_mapped(), st, cpu, t),
             _ => self.read_device(st, cpu),
         }
     }
 
     /// A TSC-based current source: this CPU's cached map, else the slow path.
     #[inline(always)]
-    fn read_mapped<M: Mapped>(&self, m: Option<&M>, st: u32, cpu: usize) -> u64 {
+    fn read_mapped<M: Mapped>(&self, m: Option<&M>, st: u32, cpu: usize, t: u64) -> u64 {
         let Some(m) = m else {
             return self.read_device(st, cpu);
         };
-        // The token, that no switch began, and that the reader still runs
-        // on `cpu` (a kernel that migrates threads mid-read gets a retry).
+        let (slot, own) = self.slots().get(cpu);
+        // After the TSC read: that no switch began, that the reader still
+        // runs on `cpu` (a kernel that migrates threads mid-read gets a
+        // retry), and the source's token.
         let tag = || {
             if self.state.load(Relaxed) == st && self.hw.cpu_index() == cpu {
                 m.tag(cpu)
@@ -73,11 +83,15 @@ impl<H: Hardware + Clone> Clock<H> {
                 None
             }
         };
-        match self
-            .slots()
-            .read_cached(cpu, st << 1, tag, || self.hw.rdtsc_ordered())
-        {
-            Some(r) => self.raise(cpu, r.ordered, r.ns),
+        match slot.read_cached(st << 1, tag, || t) {
+            Some(r) => {
+                let v = if r.ordered {
+                    r.ns
+                } else {
+                    self.clamp.clamp(r.ns)
+                };
+                PerCpuSlots::raise_in(slot, own, v, |cell, v| self.hw.fetch_max_local(cell, v))
+            }
             None => self.mapped_slow(m, st, cpu),
         }
     }
@@ -100,6 +114,13 @@ impl<H: Hardware + Clone> Clock<H> {
             Some(now) => {
                 let map = now.map.offset_by(offset);
                 let v = map.apply(now.tsc);
+                if v > BEFORE_ZERO {
+                    // The source reads below where the clock's timeline
+                    // started for it (a step back soon after the start, an
+                    // AP behind the boot CPU): "before 0" on the wrapping
+                    // timeline, never ~2^64. This CPU's floor answers.
+                    return self.raise(cpu, true, 0);
+                }
                 if !now.ordered {
                     // Leaving the source's own order for the clamp's.
                     self.clamp.clamp(self.slots().max_floor());
@@ -123,6 +144,9 @@ impl<H: Hardware + Clone> Clock<H> {
                 (v, now.ordered)
             }
             None => match m.fallback_ns(cpu) {
+                Some(ns) if ns.wrapping_add(offset) > BEFORE_ZERO => {
+                    return self.raise(cpu, true, 0);
+                }
                 Some(ns) => (ns.wrapping_add(offset), false),
                 None => return self.hold(cpu),
             },
@@ -139,7 +163,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let id = (st & ID_MASK) as usize;
         let (Some(src), Some(scale)) = (
             SourceId::from_index(id).and_then(|i| self.backends.source(i)),
-            self.scales[id],
+            self.scale_of(id),
         ) else {
             return self.hold(cpu);
         };
@@ -200,10 +224,11 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         match self.verify_jump(v) {
             Ok(()) => true,
-            Err(excess_ns) => {
+            Err(Some(excess_ns)) => {
                 self.demote_current(Demotion::Jumped { excess_ns });
                 false
             }
+            Err(None) => false,
         }
     }
 

@@ -22,12 +22,16 @@ use core::sync::atomic::Ordering;
 /// The watchdog's state, under the clock's watchdog lock.
 pub(crate) struct State {
     /// The comparison over the current members, and which source each is.
-    core: Option<(Watchdog, [Option<SourceId>; MAX_MEMBERS])>,
+    pub(crate) core: Option<(Watchdog, [Option<SourceId>; MAX_MEMBERS])>,
     /// Backend host-fault counters at the previous tick.
     faults_seen: [u64; MAX_CANDIDATES],
     /// For the jump check: a clock instant and an independent 64-bit
     /// reference's ticks then.
     anchor: Option<(u64, SourceId, u64)>,
+    /// The TSC rate refinement's baseline: the reference it was taken
+    /// against and the sample (`refine.rs`).
+    #[cfg_attr(not(feature = "tsc"), allow(dead_code))]
+    pub(crate) refine: Option<(SourceId, clockhal_core::Bracketed)>,
 }
 
 impl State {
@@ -36,6 +40,7 @@ impl State {
             core: None,
             faults_seen: [0; MAX_CANDIDATES],
             anchor: None,
+            refine: None,
         }
     }
 }
@@ -56,6 +61,15 @@ pub enum WatchdogEvent {
     /// The baseline was restarted (on request, or after a change of the
     /// sources compared).
     Restarted,
+    /// The TSC's calibrated rate was refined over a long baseline (its
+    /// rating may have risen: selection ran again, see
+    /// [`Clock::source_id`]).
+    RateRefined {
+        /// The refined source (the TSC).
+        source: SourceId,
+        /// The refined rate's bound, ppm.
+        uncertainty_ppm: u32,
+    },
     /// A round was judged.
     Judged {
         /// The current source.
@@ -91,7 +105,7 @@ pub enum WatchdogEvent {
 }
 
 /// Which counter a source reads (sources of one domain vote once).
-fn domain(id: SourceId) -> CounterDomain {
+pub(crate) fn domain(id: SourceId) -> CounterDomain {
     match id {
         SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc => CounterDomain::Tsc,
         SourceId::HypervMsr => CounterDomain::HypervisorCounter,
@@ -129,6 +143,7 @@ impl<H: Hardware + Clone> Clock<H> {
             b.tick();
             paused |= b.take_paused();
         });
+        self.follow_backend_epochs();
         // Host faults the backends counted since the last tick.
         if let Some(e) = self.judge_host_faults(&mut st) {
             return e;
@@ -204,13 +219,26 @@ impl<H: Hardware + Clone> Clock<H> {
         };
         let round = self.take_round(ref_src, reference, &ids[..n], &sources);
         let j = core.check(&round, reference, cur_m, paused);
-        if restart {
-            return WatchdogEvent::Restarted;
+        let event = if restart {
+            WatchdogEvent::Restarted
+        } else if paused {
+            WatchdogEvent::GuestStopped
+        } else {
+            self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
+        };
+        // A plain judgement gives way to a refinement's news.
+        #[cfg(feature = "tsc")]
+        if !restart
+            && matches!(
+                event,
+                WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
+            )
+        {
+            if let Some(e) = self.refine_tsc(&mut st, ref_id, ref_src, paused) {
+                return e;
+            }
         }
-        if paused {
-            return WatchdogEvent::GuestStopped;
-        }
-        self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
+        event
     }
 
     /// One round: the reference, every other member, the reference; the
@@ -246,7 +274,7 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Whether `id`'s correctness rests on an unverified claim (a
     /// supervised TSC, a rate clockhal estimated, an OS-supplied source).
-    fn conditional(&self, id: SourceId) -> bool {
+    pub(crate) fn conditional(&self, id: SourceId) -> bool {
         match id {
             SourceId::Tsc => self.backends.tsc_conditional(),
             SourceId::Extra => true,
@@ -296,7 +324,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 against: ref_id,
             };
             st.core = None;
-            return match self.demote_and_switch(cur, reason) {
+            return match self.demote_and_switch(st, cur, reason) {
                 Some(to) => WatchdogEvent::Switched {
                     from: cur,
                     to,
@@ -310,6 +338,12 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         // The current source passed: its instant now is verified.
         if matches!(j.verdict(cur_m), MemberVerdict::Ok { .. }) {
+            // The round vouches for the source's reading now: the ceiling
+            // moves to it first, so the read below is not held by the jump
+            // check (which cannot run while this tick holds the lock).
+            if let Some(v) = self.verified_now_ns() {
+                self.raise_ceiling(v.saturating_add(self.settings.max_jump.as_nanos()));
+            }
             let now = self.now_ns();
             self.raise_ceiling(now.saturating_add(self.settings.max_jump.as_nanos()));
             self.refresh_anchor(st, now, round, ids, ref_m);
@@ -361,24 +395,26 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// A reading `v` above the ceiling: does the anchor's reference say
-    /// that much time passed? `Err(excess)` when it does not by more than
-    /// 1% + 1 s. Without a reference (or while the watchdog runs) the
-    /// reading is taken, and the ceiling moves.
-    pub(crate) fn verify_jump(&self, v: u64) -> Result<(), u64> {
+    /// that much time passed? `Err(Some(excess))` when it does not by more
+    /// than 1% + 1 s; `Err(None)` when it cannot be told now (a watchdog
+    /// tick or a switch holds the lock: the read holds, the next one asks
+    /// again). Without any independent counter the reading is taken, and
+    /// the ceiling moves.
+    pub(crate) fn verify_jump(&self, v: u64) -> Result<(), Option<u64>> {
         let max_jump = self.settings.max_jump.as_nanos();
         let Some(st) = self.watchdog.try_lock() else {
-            return Ok(());
+            return Err(None);
         };
         let Some((then, id, ticks)) = st.anchor else {
             drop(st);
             self.raise_ceiling(v.saturating_add(max_jump));
             return Ok(());
         };
-        let (Some(src), Some(scale)) = (self.backends.source(id), self.scales[id.index()]) else {
+        let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
             return Ok(());
         };
         let Some(d) = src.read().checked_sub(ticks) else {
-            return Ok(());
+            return Err(None);
         };
         let ref_ns = scale.ticks_to_ns(d);
         let allowed = ref_ns
@@ -390,8 +426,29 @@ impl<H: Hardware + Clone> Clock<H> {
             self.raise_ceiling(v.saturating_add(max_jump));
             Ok(())
         } else {
-            Err(claimed - allowed)
+            Err(Some(claimed - allowed))
         }
+    }
+
+    /// Sets the jump check's first anchor when the clock is built: the
+    /// start of the timeline and an independent 64-bit counter's reading
+    /// then, so a reading is checked before the first judged round too.
+    pub(crate) fn anchor_at_start(&self, start_ns: u64) {
+        let cur = self.source_id();
+        let Some(mut st) = self.watchdog.try_lock() else {
+            return;
+        };
+        let report = *self.report.lock();
+        let anchor = report.candidates().find_map(|c| {
+            let usable = matches!(c.verdict, Verdict::Usable(_));
+            if !usable || c.id == cur || domain(c.id) == domain(cur) || !self.is_wide(c.id) {
+                return None;
+            }
+            self.backends
+                .source(c.id)
+                .map(|s| (start_ns, c.id, s.read()))
+        });
+        st.anchor = anchor;
     }
 
     /// Demotes sources whose backend counted implausible host updates since
@@ -424,7 +481,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 *seen = *f;
                 let reason = Demotion::HostFaults { count };
                 if id == self.source_id() {
-                    if let Some(to) = self.demote_and_switch(id, reason) {
+                    if let Some(to) = self.demote_and_switch(st, id, reason) {
                         st.core = None;
                         event = Some(WatchdogEvent::Switched {
                             from: id,
@@ -450,15 +507,45 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Demotes `id` (the current source) and switches to the best remaining
     /// eligible source; the new current source, or `None` if the clock is
     /// forced or nothing else is eligible (then it stays).
-    fn demote_and_switch(&self, id: SourceId, reason: Demotion) -> Option<SourceId> {
+    fn demote_and_switch(&self, st: &State, id: SourceId, reason: Demotion) -> Option<SourceId> {
         self.demote(id, reason);
         if self.forced.load(Ordering::Acquire) {
             return None;
         }
         let report: Report = *self.report.lock();
         let to = crate::select::best(&report, |c| c.id != id)?;
-        self.switch_to(to);
+        if let Demotion::Jumped { .. } = reason {
+            // A reading that jumped is no evidence of the time: the new
+            // source starts from what the floors and the anchor's
+            // independent counter say.
+            let start = self.trusted_now(st).saturating_add(SWITCH_MARGIN_NS);
+            self.start_source(to, start);
+            self.switches.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Drift, a stop, host faults: the old source's reading now is
+            // off by what accumulated since the last round at most, and
+            // the timeline continues from it without a step.
+            self.switch_to(to);
+        }
         Some(to)
+    }
+
+    /// The time without reading the current source: the high-water mark of
+    /// every floor, or further by the anchor's independent counter (the
+    /// last verified instant plus the reference's elapsed time) when one
+    /// exists.
+    fn trusted_now(&self, st: &State) -> u64 {
+        let high = self.high_water();
+        let Some((then, id, ticks)) = st.anchor else {
+            return high;
+        };
+        let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
+            return high;
+        };
+        match src.read().checked_sub(ticks) {
+            Some(d) => high.max(then.saturating_add(scale.ticks_to_ns(d))),
+            None => high,
+        }
     }
 
     /// From a read path (no watchdog tick at hand): demotes the current
@@ -470,7 +557,7 @@ impl<H: Hardware + Clone> Clock<H> {
             return;
         };
         let cur = self.source_id();
-        if self.usable_now(cur) && self.demote_and_switch(cur, reason).is_some() {
+        if self.usable_now(cur) && self.demote_and_switch(&st, cur, reason).is_some() {
             st.core = None;
         }
     }
@@ -479,6 +566,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// eligible source is not the current one.
     pub(crate) fn reselect(&self) {
         let _st = self.watchdog.lock();
+        self.reselect_held();
+    }
+
+    /// [`reselect`](Self::reselect) with the watchdog lock held.
+    pub(crate) fn reselect_held(&self) {
         if self.forced.load(Ordering::Acquire) {
             return;
         }

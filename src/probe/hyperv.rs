@@ -85,8 +85,11 @@ mod enabled {
                 hints.hyperv_msr(f);
             }
         }
+        fn epoch(&self) -> u32 {
+            self.page().map_or(0, |p| p.epoch())
+        }
         fn host_faults(&self) -> u64 {
-            self.page().map_or(0, |p| p.stats().faults())
+            self.page().map_or(0, |p| p.stats().faults()) + self.msr().map_or(0, |m| m.faults())
         }
         fn resume_machine(&self) {
             self.resume();

@@ -81,6 +81,9 @@ mod enabled {
         fn take_paused(&self) -> bool {
             self.take_guest_stopped()
         }
+        fn epoch(&self) -> u32 {
+            Kvmclock::epoch(self)
+        }
         fn host_faults(&self) -> u64 {
             self.stats().faults()
         }

@@ -11,6 +11,7 @@ mod acpi_pm;
 mod hpet;
 mod hyperv;
 mod kvmclock;
+mod pit;
 mod tsc;
 
 use crate::check::Sources;
@@ -25,6 +26,7 @@ pub(crate) use acpi_pm::AcpiPmBackend;
 pub(crate) use hpet::HpetBackend;
 pub(crate) use hyperv::HypervBackend;
 pub(crate) use kvmclock::KvmclockBackend;
+pub(crate) use pit::PitBackend;
 pub(crate) use tsc::{TscBackend, TscHints};
 
 /// Length of the HPET register block mapped through [`HpetAccess::Map`](crate::HpetAccess::Map).
@@ -50,6 +52,17 @@ pub(crate) struct Cx<'p, 'a, H: Hardware> {
 }
 
 impl<H: Hardware> Cx<'_, '_, H> {
+    /// The CPUs that may read the clock: the OS's count, else the MADT's
+    /// enabled processors, else 1.
+    #[cfg_attr(not(feature = "tsc"), allow(dead_code))]
+    pub(crate) fn cpus(&self) -> usize {
+        let madt = match &self.acpi {
+            Some(Ok(a)) => a.processors.ok().filter(|n| *n > 0),
+            _ => None,
+        };
+        self.platform.cpus.or(madt.map(|n| n as usize)).unwrap_or(1)
+    }
+
     /// A device's ACPI-discovered part, or why it is missing.
     #[cfg_attr(not(any(feature = "hpet", feature = "acpi-pm")), allow(dead_code))]
     pub(crate) fn acpi_part<T: Copy>(
@@ -126,6 +139,16 @@ pub(crate) trait Backend {
     /// A TSC whose CPUs are known to be out of step.
     fn out_of_step(&self) -> bool {
         false
+    }
+    /// Changes when the backend's cached maps all become stale (a revoked
+    /// cross-CPU promise, a resume): the clock then drops its own.
+    fn epoch(&self) -> u32 {
+        0
+    }
+    /// As a calibration reference: reads so far that may have lost a wrap
+    /// of its counter (a running count; the PIT's 54.9 ms).
+    fn reference_overruns(&self) -> u64 {
+        0
     }
 }
 
@@ -228,6 +251,7 @@ pub(crate) struct Backends<H: Hardware + Clone> {
     pub(crate) tsc: Option<TscBackend<H>>,
     pub(crate) hpet: Option<HpetBackend<H>>,
     pub(crate) acpi_pm: Option<AcpiPmBackend<H>>,
+    pub(crate) pit: Option<PitBackend<H>>,
     pub(crate) extra: Option<&'static dyn ClockSource>,
     #[allow(dead_code)]
     lease: Lease<H>,
@@ -274,6 +298,13 @@ impl<H: Hardware + Clone> Backends<H> {
         self.tsc.as_ref().is_some_and(Backend::out_of_step)
     }
 
+    /// The backends' epochs combined (see [`Backend::epoch`]).
+    pub(crate) fn epochs(&self) -> u32 {
+        let mut sum = 0u32;
+        self.each(|b| sum = sum.wrapping_mul(31).wrapping_add(b.epoch()));
+        sum
+    }
+
     /// Unix time now, if some backend knows it.
     pub(crate) fn wall_clock_unix_ns(&self) -> Option<u64> {
         let mut out = None;
@@ -302,6 +333,9 @@ impl<H: Hardware + Clone> Backends<H> {
         if let Some(b) = &self.acpi_pm {
             f(b);
         }
+        if let Some(b) = &self.pit {
+            f(b);
+        }
     }
 }
 
@@ -315,6 +349,7 @@ pub struct Probed<H: Hardware + Clone> {
     pub(crate) hw: H,
     pub(crate) report: Report,
     pub(crate) settings: crate::clock::Settings,
+    pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Probed<H> {
@@ -365,12 +400,14 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
                 tsc: None,
                 hpet: None,
                 acpi_pm: None,
+                pit: None,
                 extra: None,
                 lease,
             },
             hw,
             report,
             settings,
+            clock_page: None,
         };
     }
     let acpi = platform
@@ -396,9 +433,19 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
     if let Some(h) = &hyperv {
         Backend::tsc_hint(h, &mut hints);
     }
-    let references: [Option<&dyn ClockSource>; 2] = [
-        hpet.as_ref().and_then(|h| first_source(h)),
-        acpi_pm.as_ref().and_then(|p| first_source(p)),
+    // The PIT only where the TSC would otherwise have no rate: no stated
+    // rate (CPUID, hypervisor, OS), no HPET, no PM timer, no OS reference.
+    let stated = hints.has_stated_rate(cx.hw) || cx.platform.tsc_reference.is_some();
+    let pit_needed = !stated && hpet.is_none() && acpi_pm.is_none();
+    let pit = pit::probe(&mut cx, pit_needed);
+    let references: [Option<(&dyn ClockSource, &dyn Backend)>; 3] = [
+        hpet.as_ref()
+            .and_then(|h| first_source(h).map(|s| (s, h as &dyn Backend))),
+        acpi_pm
+            .as_ref()
+            .and_then(|p| first_source(p).map(|s| (s, p as &dyn Backend))),
+        pit.as_ref()
+            .and_then(|p| first_source(p).map(|s| (s, p as &dyn Backend))),
     ];
     let tsc = tsc::probe(&mut cx, &hints, &references);
     let extra = cx.platform.extra;
@@ -411,6 +458,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
         tsc,
         hpet,
         acpi_pm,
+        pit,
         extra,
         lease,
     };
@@ -420,6 +468,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
         hw,
         report,
         settings,
+        clock_page: platform.clock_page,
     }
 }
 

@@ -13,6 +13,10 @@ mod enabled {
     /// The backend type.
     pub(crate) type TscBackend<H> = Tsc<H>;
 
+    /// Calibrations against one reference before it is given up on when
+    /// each may have lost a wrap of the reference's counter.
+    const REFERENCE_TRIES: usize = 4;
+
     /// Up to three TSC rate hints (the OS's, pvclock's, Hyper-V's).
     pub(crate) struct TscHints {
         hints: [(Frequency, RateProvenance); 3],
@@ -59,23 +63,32 @@ mod enabled {
         fn as_slice(&self) -> &[(Frequency, RateProvenance)] {
             &self.hints[..self.len]
         }
+
+        /// Whether the TSC will have a stated rate (CPUID, hypervisor, a
+        /// hint) and so needs no calibration reference.
+        pub(crate) fn has_stated_rate<H: Hardware>(&self, hw: &H) -> bool {
+            clockhal_tsc::stated_rate(hw, self.as_slice()).is_some()
+        }
     }
 
     /// Probes the TSC. An OS-supplied reference is always used (calibration
-    /// or cross-check); the automatic ones (HPET, then the PM timer) only
-    /// when the TSC has no stated rate, calibrating costs up to the policy's
-    /// budget of boot time. A calibration that fails or is too uncertain to
-    /// supervise a TSC with falls back to the next reference.
+    /// or cross-check); the automatic ones (HPET, the PM timer, the PIT)
+    /// only when the TSC has no stated rate, calibrating costs up to the
+    /// policy's budget of boot time. A calibration that fails or is too
+    /// uncertain to supervise a TSC with falls back to the next reference;
+    /// one during which the reference may have lost a wrap of its counter
+    /// ([`Backend::reference_overruns`]: a descheduled vCPU against the
+    /// PIT's 54.9 ms) is measured again, up to [`REFERENCE_TRIES`] times.
     pub(crate) fn probe<H: Hardware + Clone>(
         cx: &mut Cx<'_, '_, H>,
         hints: &TscHints,
-        references: &[Option<&dyn ClockSource>],
+        references: &[Option<(&dyn ClockSource, &dyn Backend)>],
     ) -> Option<Tsc<H>> {
         let mut options = TscOptions {
             hints: hints.as_slice(),
             reference: cx.platform.tsc_reference,
             sync: cx.platform.tsc_sync,
-            cpus: cx.platform.cpus,
+            cpus: cx.cpus(),
             policy: cx.platform.policy,
         };
         let mut result = Tsc::probe(cx.hw.clone(), &options);
@@ -91,12 +104,22 @@ mod enabled {
             Err(_) => false,
         };
         if options.reference.is_none() {
-            for r in references.iter().flatten() {
+            for (r, backend) in references.iter().flatten() {
                 if !needs_reference(&result) {
                     break;
                 }
                 options.reference = Some(*r);
-                let next = Tsc::probe(cx.hw.clone(), &options);
+                let measured = || {
+                    let _ = r.read();
+                    let before = backend.reference_overruns();
+                    let t = Tsc::probe(cx.hw.clone(), &options);
+                    (backend.reference_overruns() == before).then_some(t)
+                };
+                // A few tries: on a loaded host a descheduled vCPU can miss
+                // the PIT's wrap more than once in a row.
+                let Some(next) = (0..REFERENCE_TRIES).find_map(|_| measured()) else {
+                    continue;
+                };
                 // Keep the first usable result unless the next is better.
                 if result.is_err() || !needs_reference(&next) {
                     result = next;
@@ -146,7 +169,7 @@ mod enabled {
             Tsc::supervised(self)
         }
         fn conditional(&self) -> bool {
-            Tsc::supervised(self) || matches!(self.provenance(), RateProvenance::Calibrated { .. })
+            Tsc::supervised(self) || self.provenance().uncertainty_ppm().is_some()
         }
         fn out_of_step(&self) -> bool {
             matches!(self.sync(), clockhal_tsc::SyncStatus::Unsynchronized { .. })
@@ -179,12 +202,15 @@ mod enabled {
         pub(crate) fn os(&mut self, _: Frequency) {}
         pub(crate) fn pvclock(&mut self, _: Frequency) {}
         pub(crate) fn hyperv_msr(&mut self, _: Frequency) {}
+        pub(crate) fn has_stated_rate<H: Hardware>(&self, _: &H) -> bool {
+            true
+        }
     }
 
     pub(crate) fn probe<H: Hardware + Clone>(
         cx: &mut Cx<'_, '_, H>,
         _: &TscHints,
-        _: &[Option<&dyn ClockSource>],
+        _: &[Option<(&dyn ClockSource, &dyn crate::probe::Backend)>],
     ) -> Option<TscBackend<H>> {
         <TscBackend<H> as Probe<H>>::probe(cx)
     }

@@ -66,6 +66,9 @@ pub struct Hpet {
     rate_error_ppm: i64,
     /// Run-time fault: the counter stopped.
     stopped: bool,
+    /// The counter's true width (wraps at 2^bits), whatever the
+    /// capabilities claim.
+    bits: u32,
 }
 
 impl Hpet {
@@ -74,6 +77,7 @@ impl Hpet {
     /// time 0 if that enables it).
     pub fn new(config: HpetConfig) -> Self {
         let config_reg = config.initial_config & 3;
+        let bits = if config.counter_64bit { 64 } else { 32 };
         Hpet {
             enabled: config_reg & 1 != 0,
             counter_base: config.initial_counter,
@@ -82,6 +86,7 @@ impl Hpet {
             config,
             rate_error_ppm: 0,
             stopped: false,
+            bits,
         }
     }
 
@@ -106,6 +111,20 @@ impl Hpet {
         self.counter_base = self.counter_base.wrapping_add(ticks);
     }
 
+    /// Run-time fault: from now on the main counter is `bits` wide (1..=64)
+    /// and wraps at 2^bits, while the capabilities still claim the
+    /// configured width: a 32-bit counter posing as 64-bit, or a wrap that
+    /// comes early. The counter keeps its value modulo the new width.
+    pub fn set_counter_bits(&mut self, ctx: &SimCtx<'_>, bits: u32) {
+        self.rebase(ctx);
+        self.bits = bits.clamp(1, 64);
+        self.counter_base &= self.mask();
+    }
+
+    fn mask(&self) -> u64 {
+        u64::MAX >> (64 - self.bits)
+    }
+
     /// Freezes the elapsed count into `counter_base` (before a change).
     fn rebase(&mut self, ctx: &SimCtx<'_>) {
         self.counter_base = self.counter(ctx);
@@ -125,17 +144,12 @@ impl Hpet {
     /// Main counter value now (full 64-bit internal value).
     pub fn counter(&self, ctx: &SimCtx<'_>) -> u64 {
         if !self.enabled || self.config.stuck || self.stopped {
-            return self.counter_base;
+            return self.counter_base & self.mask();
         }
         let ns = ctx.now_ns.saturating_sub(self.enabled_at_ns) as i128;
         let ns = (ns + ns * self.rate_error_ppm as i128 / 1_000_000).max(0) as u128;
         let ticks = (ns * 1_000_000 / self.config.period_fs.max(1) as u128) as u64;
-        let v = self.counter_base.wrapping_add(ticks);
-        if self.config.counter_64bit {
-            v
-        } else {
-            v & 0xFFFF_FFFF
-        }
+        self.counter_base.wrapping_add(ticks) & self.mask()
     }
 
     fn capabilities(&self) -> u64 {

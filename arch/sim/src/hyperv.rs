@@ -147,12 +147,20 @@ impl HypervHost {
         if !self.page_updates {
             return;
         }
-        let Some(page) = self.page(ctx) else {
-            return;
-        };
         let (scale, offset) = self
             .page_override
             .unwrap_or_else(|| Self::scale_offset(ctx));
+        self.publish(ctx, scale, offset);
+    }
+
+    /// Writes `(scale, offset)` into the enabled page once, with the next
+    /// valid sequence: one update a host may write (e.g. garbage after the
+    /// guest probed: an offset of +2^62). The next
+    /// [`update_page`](Self::update_page) writes the truth again.
+    pub fn publish(&mut self, ctx: &SimCtx<'_>, scale: u64, offset: i64) {
+        let Some(page) = self.page(ctx) else {
+            return;
+        };
         self.sequence = hv_next_sequence(self.sequence);
         page.publish(self.sequence, scale, offset);
     }

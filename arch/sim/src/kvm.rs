@@ -46,9 +46,42 @@ impl Default for KvmConfig {
 }
 
 impl KvmConfig {
-    /// CPUID base+1 EAX for this config.
+    /// The CPUID base+1 EAX bits this config decides: CLOCKSOURCE (0),
+    /// CLOCKSOURCE2 (3), CLOCKSOURCE_STABLE_BIT (24).
+    pub const MODELLED_FEATURES: u32 = 1 | 1 << 3 | 1 << 24;
+
+    /// CPUID base+1 EAX for this config (the modelled bits only).
     pub fn feature_eax(&self) -> u32 {
         (self.clocksource as u32) | (self.clocksource2 as u32) << 3 | (self.stable_bit as u32) << 24
+    }
+}
+
+/// One pvclock update as a host writes it (see [`KvmHost::publish`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PvclockUpdate {
+    /// TSC value at `system_time`.
+    pub tsc_timestamp: u64,
+    /// Host nanoseconds at `tsc_timestamp`.
+    pub system_time: u64,
+    /// 32.32 multiplier.
+    pub mul: u32,
+    /// Pre-shift.
+    pub shift: i8,
+    /// `PVCLOCK_TSC_STABLE_BIT` | `PVCLOCK_GUEST_STOPPED`.
+    pub flags: u8,
+}
+
+impl PvclockUpdate {
+    /// Writes it into `area` with the seqlock protocol (also for an area
+    /// nobody registered: leftover bytes a guest must not trust).
+    pub fn write_to(&self, area: &PvclockVcpuTimeInfo) {
+        area.publish(
+            self.tsc_timestamp,
+            self.system_time,
+            self.mul,
+            self.shift,
+            self.flags,
+        );
     }
 }
 
@@ -141,29 +174,50 @@ impl KvmHost {
         }
     }
 
-    /// Rewrites `cpu`'s area from the current machine time (what KVM does on
-    /// a clock update request), using the seqlock protocol.
-    pub fn update(&mut self, ctx: &SimCtx<'_>, cpu: usize) {
-        let Some(area) = self.area(ctx, cpu) else {
-            return;
-        };
+    /// What [`update`](Self::update) would write into `cpu`'s area now
+    /// (with the faults set: scale override, skew, stable flag; without
+    /// a pending guest-stopped flag): the start of a hostile update.
+    pub fn next_update(&self, ctx: &SimCtx<'_>, cpu: usize) -> PvclockUpdate {
         let (mul, shift) = self
             .scale_override
             .or(pvclock_time_scale(ctx.tsc_hz.max(1)))
             .unwrap_or((0, 0));
         let skew = self.skew_ns.get(cpu).copied().unwrap_or(0);
         let system_time = (ctx.now_ns as i128 + skew as i128).clamp(0, u64::MAX as i128) as u64;
-        let mut flags = if self.config.stable_flag {
-            PVCLOCK_TSC_STABLE_BIT
-        } else {
-            0
-        };
-        if self.stopped.get(cpu).copied().unwrap_or(false) {
-            flags |= PVCLOCK_GUEST_STOPPED;
+        PvclockUpdate {
+            tsc_timestamp: ctx.tsc(cpu),
+            system_time,
+            mul,
+            shift,
+            flags: if self.config.stable_flag {
+                PVCLOCK_TSC_STABLE_BIT
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Rewrites `cpu`'s area from the current machine time (what KVM does on
+    /// a clock update request), using the seqlock protocol.
+    pub fn update(&mut self, ctx: &SimCtx<'_>, cpu: usize) {
+        let mut u = self.next_update(ctx, cpu);
+        if self.stopped.get(cpu).copied().unwrap_or(false) && self.area(ctx, cpu).is_some() {
+            u.flags |= PVCLOCK_GUEST_STOPPED;
             self.stopped[cpu] = false;
         }
-        // An update that was left open (stall_update) is finished, not restarted.
-        area.publish(ctx.tsc(cpu), system_time, mul, shift, flags);
+        self.publish(ctx, cpu, u);
+    }
+
+    /// Writes `u` into `cpu`'s registered area as one seqlock update
+    /// (nothing if it has none): any one update a host may write, e.g.
+    /// garbage after the guest probed (`mul = u32::MAX, shift = 32`, a
+    /// `system_time` 100 years ahead). The next [`update`](Self::update)
+    /// writes the truth again. An update left open
+    /// ([`stall_update`](Self::stall_update)) is finished, not restarted.
+    pub fn publish(&mut self, ctx: &SimCtx<'_>, cpu: usize, u: PvclockUpdate) {
+        if let Some(area) = self.area(ctx, cpu) {
+            u.write_to(area);
+        }
     }
 
     /// Updates every registered area.

@@ -1,69 +1,48 @@
-//! A deterministic simulated x86_64 machine for host tests.
-//!
-//! - **Time** is a nanosecond counter that only moves when the machine is
-//!   used: every `rdtsc` costs [`SimCosts::rdtsc_ns`], every trapping access
-//!   (MSR, port, MMIO) [`SimCosts::trap_ns`], every `cpuid`
-//!   [`SimCosts::cpuid_ns`]; tests add more with [`SimMachine::advance`]. So
-//!   runs are repeatable and spin loops always terminate.
-//! - **CPUs**: any number, each with its own TSC offset; the calling thread's
-//!   CPU is chosen with [`SimMachine::set_cpu`] / [`SimMachine::on_cpu`].
-//! - **CPUID** comes from a table; leaves not in it read as zero, or as
-//!   deterministic garbage with [`SimConfig::cpuid_garbage`] (QEMU TCG above a
-//!   range's maximum leaf).
-//! - **Devices**: a KVM host that writes pvclock areas registered via MSR
-//!   ([`KvmHost`]), a Hyper-V partition with the reference TSC page and
-//!   TIME_REF_COUNT ([`HypervHost`]), an HPET ([`Hpet`]), an ACPI PM timer
-//!   ([`PmTimer`]), an 8254 PIT ([`Pit8254`]) and a CMOS RTC ([`CmosRtc`]),
-//!   each with fault injection.
-//! - **Trap counters**: every MSR, port and MMIO access is counted
-//!   ([`TrapCounts`]), so a test can assert "exactly one exit per read";
-//!   [`PortTap`] logs (and can rewrite) each 8-bit port access.
-//! - **Memory** shared with the "hypervisor" is allocated by the machine
-//!   ([`SimMachine::alloc_pvclock_areas`], ...), which remembers the fake
-//!   physical address it handed out.
-//!
-//! ```
-//! use clockhal_sim::SimMachine;
-//! use clockhal_x86::Hardware;
-//! let m = SimMachine::bare_metal();
-//! let a = m.rdtsc();
-//! m.advance(1_000); // 1 us
-//! assert!(m.rdtsc() - a >= 2_592);
-//! ```
-
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 
 mod acpi_tables;
+mod cpuid;
 mod hpet;
 mod hyperv;
 mod kvm;
 mod memory;
+mod overrides;
 mod pit;
 mod pm_timer;
 mod port_tap;
+mod profiles;
 #[cfg(target_arch = "x86_64")]
 mod real_tsc;
 mod rtc;
+mod tsc;
 
 pub use acpi_tables::{AcpiImage, AcpiTablesBuilder, FadtSpec, HpetTableSpec};
+pub use cpuid::{
+    CpuidDump, CpuidMissing, CpuidTable, QEMU_CPUID_DUMPS, QEMU_KVM_INVTSC, QEMU_KVM_MICROVM,
+    QEMU_KVM_Q35, QEMU_TCG_MICROVM, QEMU_TCG_PC, QEMU_TCG_Q35,
+};
 pub use hpet::{Hpet, HpetConfig};
 pub use hyperv::{HypervConfig, HypervHost};
-pub use kvm::{KvmConfig, KvmHost};
+pub use kvm::{KvmConfig, KvmHost, PvclockUpdate};
 pub use memory::SharedMemory;
+pub use overrides::Answer;
 pub use pit::{Pit8254, PitConfig, PitModel, PIT_HARDWARE_RATE, PIT_KVM_RATE, PIT_QEMU_RATE};
-pub use pm_timer::{PmTimer, PmTimerConfig};
+pub use pm_timer::{PmTimer, PmTimerConfig, PM_TIMER_HZ};
 pub use port_tap::{PortAccess, PortTap};
 #[cfg(target_arch = "x86_64")]
 pub use real_tsc::RealTsc;
 pub use rtc::{CmosRtc, RtcConfig, UIP_LEAD_NS, UPDATE_CYCLE_NS};
+pub use tsc::SimTsc;
 
 use clockhal_x86::paravirt::{
     HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo, PvclockWallClock,
 };
 use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr};
+use overrides::Overrides;
 use std::boxed::Box;
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
@@ -71,6 +50,9 @@ use std::vec::Vec;
 std::thread_local! {
     static CURRENT_CPU: Cell<usize> = const { Cell::new(0) };
 }
+
+/// `IA32_TSC`: reads the TSC; a write sets it (and moves TSC_ADJUST).
+const MSR_TSC: u32 = 0x10;
 
 /// What an MSR that no device implements does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,17 +85,19 @@ impl Default for SimCosts {
     }
 }
 
-/// Everything that defines a simulated machine.
+/// Everything that defines a simulated machine at power-on.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    /// The TSC's true rate in Hz.
+    /// The TSC's true rate in Hz at power-on.
     pub tsc_hz: u64,
-    /// Per-CPU TSC offsets in ticks (length = CPU count).
+    /// Per-CPU TSC offsets in ticks (length = CPU count): the hypervisor's,
+    /// invisible in `IA32_TSC_ADJUST`.
     pub tsc_offsets: Vec<i64>,
-    /// CPUID table: (leaf, subleaf) -> registers.
-    pub cpuid: BTreeMap<(u32, u32), CpuidResult>,
-    /// Leaves missing from the table return garbage instead of zeros.
-    pub cpuid_garbage: bool,
+    /// CPUID table: (leaf, subleaf) -> registers (leaves that ignore ECX
+    /// under subleaf 0).
+    pub cpuid: CpuidTable,
+    /// What leaves missing from the table answer.
+    pub cpuid_missing: CpuidMissing,
     /// Behaviour of unimplemented MSRs.
     pub unknown_msr: UnknownMsr,
     /// Access costs.
@@ -146,9 +130,10 @@ fn sig_regs(max: u32, sig: &[u8; 12]) -> CpuidResult {
 
 impl SimConfig {
     /// A bare CPU: GenuineIntel, max basic leaf 0x16, max extended leaf
-    /// 0x80000008, TSC at `tsc_hz`, one CPU, nothing else.
+    /// 0x80000008, TSC at `tsc_hz`, one CPU, nothing else; missing leaves
+    /// answer per [`CpuidMissing::HighestBasic`].
     pub fn cpu(tsc_hz: u64) -> SimConfig {
-        let mut cpuid = BTreeMap::new();
+        let mut cpuid = CpuidTable::new();
         // "GenuineIntel" is EBX,EDX,ECX = "Genu","ineI","ntel".
         cpuid.insert(
             (0, 0),
@@ -166,7 +151,7 @@ impl SimConfig {
             tsc_hz,
             tsc_offsets: vec![0],
             cpuid,
-            cpuid_garbage: false,
+            cpuid_missing: CpuidMissing::HighestBasic,
             unknown_msr: UnknownMsr::Fault,
             costs: SimCosts::default(),
             start_ns: 1_000_000_000,
@@ -179,13 +164,22 @@ impl SimConfig {
         }
     }
 
+    /// Replaces the CPUID table with what a real machine answered: the
+    /// dump's leaves within their range (the rest is the out-of-range
+    /// rule's, [`CpuidMissing::HighestBasic`], which is set too).
+    pub fn with_cpuid_dump(mut self, dump: CpuidDump) -> Self {
+        self.cpuid = dump.table();
+        self.cpuid_missing = CpuidMissing::HighestBasic;
+        self
+    }
+
     /// Sets a CPUID leaf.
     pub fn with_cpuid(mut self, leaf: u32, subleaf: u32, r: CpuidResult) -> Self {
         self.cpuid.insert((leaf, subleaf), r);
         self
     }
 
-    /// Removes a CPUID leaf (it then reads as zero or garbage).
+    /// Removes a CPUID leaf (it then answers per [`SimConfig::cpuid_missing`]).
     pub fn without_cpuid(mut self, leaf: u32, subleaf: u32) -> Self {
         self.cpuid.remove(&(leaf, subleaf));
         self
@@ -218,7 +212,8 @@ impl SimConfig {
         self
     }
 
-    /// Adds a KVM host (and its CPUID range per the config).
+    /// Adds a KVM host and its CPUID range per the config (the feature
+    /// bits it models are set or cleared; others a dump brought stay).
     pub fn with_kvm(mut self, kvm: KvmConfig) -> Self {
         let base = kvm.cpuid_base;
         self = self.with_hypervisor(
@@ -226,8 +221,10 @@ impl SimConfig {
             base + kvm.cpuid_max_offset,
             clockhal_x86::cpuid::KVM_SIGNATURE,
         );
+        let old = self.cpuid.get(&(base + 1, 0)).copied().unwrap_or_default();
+        let eax = (old.eax & !KvmConfig::MODELLED_FEATURES) | kvm.feature_eax();
         self.cpuid
-            .insert((base + 1, 0), regs(kvm.feature_eax(), 0, 0, 0));
+            .insert((base + 1, 0), regs(eax, old.ebx, old.ecx, old.edx));
         self.kvm = Some(kvm);
         self
     }
@@ -283,29 +280,20 @@ impl SimConfig {
 pub struct SimCtx<'a> {
     /// Machine time in ns.
     pub now_ns: u64,
-    /// True TSC rate.
+    /// The TSC's current rate.
     pub tsc_hz: u64,
-    /// Per-CPU TSC offsets.
-    pub tsc_offsets: &'a [i64],
     /// CPU performing the access.
     pub cpu: usize,
     /// Memory shared with the hypervisor.
     pub memory: &'a SharedMemory,
+    tsc: &'a SimTsc,
 }
 
 impl SimCtx<'_> {
     /// CPU `cpu`'s TSC now.
     pub fn tsc(&self, cpu: usize) -> u64 {
-        tsc_at(
-            self.now_ns,
-            self.tsc_hz,
-            self.tsc_offsets.get(cpu).copied().unwrap_or(0),
-        )
+        self.tsc.ticks(self.now_ns, cpu)
     }
-}
-
-fn tsc_at(now_ns: u64, hz: u64, offset: i64) -> u64 {
-    ((now_ns as u128 * hz as u128 / 1_000_000_000) as u64).wrapping_add(offset as u64)
 }
 
 /// Trapping accesses seen so far.
@@ -355,13 +343,33 @@ struct Counters {
 
 struct State {
     now_ns: u64,
+    cpuid: CpuidTable,
+    cpuid_missing: CpuidMissing,
+    tsc: SimTsc,
     tsc_aux: Vec<u32>,
+    overrides: Overrides,
     kvm: Option<KvmHost>,
     hyperv: Option<HypervHost>,
     hpet: Option<Hpet>,
     pm: Option<PmTimer>,
     pit: Option<Pit8254>,
     rtc: Option<CmosRtc>,
+}
+
+impl State {
+    fn cpuid(&self, cpu: usize, leaf: u32, subleaf: u32) -> CpuidResult {
+        cpuid::answer(&self.cpuid, self.cpuid_missing, cpu, leaf, subleaf)
+    }
+
+    /// `IA32_TSC_ADJUST` exists (CPUID.(7,0):EBX bit 1).
+    fn has_tsc_adjust(&self, cpu: usize) -> bool {
+        self.cpuid(cpu, 7, 0).ebx & (1 << 1) != 0
+    }
+
+    /// The TSC exists (CPUID.1:EDX bit 4), and with it `IA32_TSC`.
+    fn has_tsc(&self, cpu: usize) -> bool {
+        self.cpuid(cpu, 1, 0).edx & (1 << 4) != 0
+    }
 }
 
 /// The simulated machine. Implements [`Hardware`]; `&SimMachine` does too.
@@ -398,16 +406,28 @@ impl core::fmt::Debug for SimMachine {
     }
 }
 
+/// The devices' view of the machine; `$st` is a `&mut State` (so the
+/// devices, other fields, stay borrowable).
 macro_rules! ctx {
     ($self:ident, $st:ident) => {
         SimCtx {
             now_ns: $st.now_ns,
-            tsc_hz: $self.config.tsc_hz,
-            tsc_offsets: &$self.config.tsc_offsets,
+            tsc_hz: $st.tsc.hz(),
+            tsc: &$st.tsc,
             cpu: SimMachine::current_cpu(),
             memory: &$self.memory,
         }
     };
+}
+
+/// Runs `$f` on the device in field `$dev` (`None` if absent).
+macro_rules! with_device {
+    ($self:ident, $dev:ident, $f:ident) => {{
+        let mut guard = $self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!($self, st);
+        st.$dev.as_mut().map(|d| $f(d, &ctx))
+    }};
 }
 
 impl SimMachine {
@@ -415,7 +435,11 @@ impl SimMachine {
     pub fn new(config: SimConfig) -> SimMachine {
         let state = State {
             now_ns: config.start_ns,
+            cpuid: config.cpuid.clone(),
+            cpuid_missing: config.cpuid_missing,
+            tsc: SimTsc::new(config.tsc_hz, &config.tsc_offsets),
             tsc_aux: vec![0; config.tsc_offsets.len()],
+            overrides: Overrides::default(),
             kvm: config.kvm.clone().map(KvmHost::new),
             hyperv: config.hyperv.clone().map(HypervHost::new),
             hpet: config.hpet.clone().map(Hpet::new),
@@ -434,97 +458,8 @@ impl SimMachine {
         }
     }
 
-    /// Bare metal: Intel, invariant TSC at 2.592 GHz stated exactly by leaf
-    /// 0x15 (24 MHz crystal * 216/2), 64-bit HPET at 14.318 MHz
-    /// (69,841,279 fs) at 0xFED00000, 24-bit PM timer at port 0x608, an
-    /// 8254 at 105/88 MHz and an MC146818 RTC (data-sheet behaviour).
-    pub fn bare_metal() -> SimMachine {
-        SimConfig::cpu(2_592_000_000)
-            .with_invariant_tsc(true)
-            .with_tsc_leaf(2, 216, 24_000_000)
-            .with_hpet(HpetConfig::classic())
-            .with_pm_timer(PmTimerConfig::default())
-            .with_pit(PitConfig::hardware())
-            .with_rtc(RtcConfig::hardware())
-            .build()
-    }
-
-    /// QEMU/KVM with kvmclock (CLOCKSOURCE2 + stable bit, stable flag set),
-    /// 2.6 GHz TSC without invariant bit, 100 MHz HPET, 24-bit PM timer,
-    /// KVM's in-kernel PIT and QEMU's RTC.
-    pub fn kvm() -> SimMachine {
-        Self::kvm_config().build()
-    }
-
-    /// The configuration behind [`SimMachine::kvm`], for tweaking.
-    pub fn kvm_config() -> SimConfig {
-        SimConfig::cpu(2_600_000_000)
-            .without_cpuid(0, 0)
-            .with_cpuid(
-                0,
-                0,
-                regs(
-                    0xD,
-                    u32::from_le_bytes(*b"Genu"),
-                    u32::from_le_bytes(*b"ntel"),
-                    u32::from_le_bytes(*b"ineI"),
-                ),
-            )
-            .with_kvm(KvmConfig::default())
-            .with_hpet(HpetConfig::qemu())
-            .with_pm_timer(PmTimerConfig::default())
-            .with_pit(PitConfig::kvm())
-            .with_rtc(RtcConfig::qemu())
-    }
-
-    /// Hyper-V: reference TSC page, TIME_REF_COUNT and frequency MSRs,
-    /// invariant TSC at 2.4 GHz, no HPET, 24-bit PM timer.
-    pub fn hyperv() -> SimMachine {
-        Self::hyperv_config().build()
-    }
-
-    /// The configuration behind [`SimMachine::hyperv`].
-    pub fn hyperv_config() -> SimConfig {
-        SimConfig::cpu(2_400_000_000)
-            .with_invariant_tsc(true)
-            .with_hyperv(HypervConfig::default())
-            .with_pm_timer(PmTimerConfig::default())
-    }
-
-    /// QEMU TCG (q35): no paravirtual clock, unknown MSRs read 0, garbage
-    /// CPUID outside the table, 100 MHz HPET, 24-bit PM timer, QEMU's PIT
-    /// (with the PC speaker's port 0x61) and RTC.
-    pub fn qemu_tcg() -> SimMachine {
-        Self::qemu_tcg_config()
-            .with_hpet(HpetConfig::qemu())
-            .with_pm_timer(PmTimerConfig::default())
-            .with_pit(PitConfig::qemu())
-            .with_rtc(RtcConfig::qemu())
-            .build()
-    }
-
-    /// QEMU TCG `-M microvm`: as [`qemu_tcg`](Self::qemu_tcg) without HPET
-    /// and PM timer, with the PIT but no port 0x61 (hw/i386/microvm.c
-    /// creates the i8254 for `pit=auto` and no PC speaker) and the RTC
-    /// (`rtc=auto` creates it only without KVM). Its ACPI tables are
-    /// [`AcpiTablesBuilder::microvm`] (FADT CENTURY = 0).
-    pub fn qemu_tcg_microvm() -> SimMachine {
-        Self::qemu_tcg_config()
-            .with_pit(PitConfig::microvm())
-            .with_rtc(RtcConfig::qemu())
-            .build()
-    }
-
-    /// QEMU TCG's CPU: 2 GHz TSC with no stated rate.
-    fn qemu_tcg_config() -> SimConfig {
-        let mut c = SimConfig::cpu(2_000_000_000).without_cpuid(0x15, 0);
-        c.cpuid_garbage = true;
-        c.unknown_msr = UnknownMsr::ReadZero;
-        // TCG's -cpu max sets the hypervisor bit with an empty range.
-        c.with_hypervisor(0x4000_0000, 0x4000_0001, b"TCGTCGTCGTCG")
-    }
-
-    /// The configuration this machine was built from.
+    /// The configuration this machine was built from (its power-on state;
+    /// run-time changes are not reflected here).
     pub fn config(&self) -> &SimConfig {
         &self.config
     }
@@ -576,11 +511,103 @@ impl SimMachine {
     /// CPU `cpu`'s TSC at the current machine time, without advancing it.
     pub fn tsc_of(&self, cpu: usize) -> u64 {
         let st = self.lock();
-        tsc_at(
-            st.now_ns,
-            self.config.tsc_hz,
-            self.config.tsc_offsets.get(cpu).copied().unwrap_or(0),
-        )
+        st.tsc.ticks(st.now_ns, cpu)
+    }
+
+    /// The TSC state now (rate, offsets, TSC_ADJUST).
+    pub fn tsc_state(&self) -> SimTsc {
+        self.lock().tsc.clone()
+    }
+
+    // ---- run-time changes ------------------------------------------------
+
+    /// From now on the TSC counts at `hz` (every CPU), continuing from its
+    /// current value: a live migration to a host with another TSC rate and
+    /// no TSC scaling. The KVM host and the Hyper-V partition publish the
+    /// new rate at their next update; until then their pages extrapolate
+    /// the old one.
+    pub fn set_tsc_hz(&self, hz: u64) {
+        let mut st = self.lock();
+        let now = st.now_ns;
+        st.tsc.set_hz(now, hz);
+    }
+
+    /// Steps the TSC of `cpu` (`None`: every CPU) by `ticks` (negative:
+    /// back), as a hypervisor's TSC offset change does: `IA32_TSC_ADJUST`
+    /// does not show it.
+    pub fn step_tsc(&self, cpu: Option<usize>, ticks: i64) {
+        let mut st = self.lock();
+        for c in 0..st.tsc.cpus() {
+            if cpu.is_none_or(|x| x == c) {
+                let o = st.tsc.offset(c).wrapping_add(ticks);
+                st.tsc.set_offset(c, o);
+            }
+        }
+    }
+
+    /// Sets `cpu`'s hypervisor TSC offset to `ticks` (what
+    /// [`SimConfig::tsc_offsets`] set at power-on).
+    pub fn set_tsc_offset(&self, cpu: usize, ticks: i64) {
+        self.lock().tsc.set_offset(cpu, ticks);
+    }
+
+    /// Sets `cpu`'s `IA32_TSC_ADJUST` to `value`, moving its TSC by the
+    /// change: what firmware or an earlier OS that wrote the TSC leaves
+    /// behind. The MSR is readable where CPUID.(7,0):EBX bit 1 says so.
+    pub fn set_tsc_adjust(&self, cpu: usize, value: i64) {
+        self.lock().tsc.set_adjust(cpu, value);
+    }
+
+    /// Sets CPUID `(leaf, subleaf)` (leaves that ignore ECX: subleaf 0)
+    /// from the next `cpuid` on.
+    pub fn set_cpuid(&self, leaf: u32, subleaf: u32, r: CpuidResult) {
+        self.lock().cpuid.insert((leaf, subleaf), r);
+    }
+
+    /// Removes CPUID `(leaf, subleaf)`: it answers per the machine's
+    /// [`CpuidMissing`] rule from the next `cpuid` on.
+    pub fn remove_cpuid(&self, leaf: u32, subleaf: u32) {
+        self.lock().cpuid.remove(&(leaf, subleaf));
+    }
+
+    /// Changes what leaves missing from the table answer.
+    pub fn set_cpuid_missing(&self, rule: CpuidMissing) {
+        self.lock().cpuid_missing = rule;
+    }
+
+    /// Makes MSR `msr` answer `answer` instead of whatever implements it
+    /// (`None`: the device again), on every CPU.
+    ///
+    /// ```
+    /// use clockhal_sim::{Answer, SimMachine};
+    /// use clockhal_x86::{Hardware, Msr};
+    /// let m = SimMachine::kvm();
+    /// m.override_msr(Msr::IA32_TSC_ADJUST, Some(Answer::Fault));
+    /// assert_eq!(m.try_rdmsr(Msr::IA32_TSC_ADJUST), None);
+    /// m.override_msr(Msr::IA32_TSC_ADJUST, None);
+    /// assert_eq!(m.try_rdmsr(Msr::IA32_TSC_ADJUST), Some(0));
+    /// ```
+    pub fn override_msr(&self, msr: Msr, answer: Option<Answer>) {
+        overrides::set(&mut self.lock().overrides.msr, msr.number(), answer);
+    }
+
+    /// Makes port `port` answer `answer` to `inb` and `inl` (`None`: the
+    /// device again); writes to it are dropped meanwhile.
+    pub fn override_port(&self, port: u16, answer: Option<Answer>) {
+        overrides::set(&mut self.lock().overrides.port, port, answer);
+    }
+
+    /// Makes the MMIO register at physical address `phys` answer `answer`
+    /// (`None`: the device again); writes to it are dropped meanwhile.
+    /// `phys` is the register's address, e.g. the HPET base + 0xF0 for its
+    /// main counter.
+    pub fn override_mmio(&self, phys: u64, answer: Option<Answer>) {
+        overrides::set(&mut self.lock().overrides.mmio, phys, answer);
+    }
+
+    /// Removes every MSR, port and MMIO override.
+    pub fn clear_overrides(&self) {
+        self.lock().overrides = Overrides::default();
     }
 
     /// Trap counts so far.
@@ -675,44 +702,32 @@ impl SimMachine {
 
     /// Runs `f` on the KVM host (`None` if the machine has none).
     pub fn with_kvm<R>(&self, f: impl FnOnce(&mut KvmHost, &SimCtx<'_>) -> R) -> Option<R> {
-        let mut st = self.lock();
-        let ctx = ctx!(self, st);
-        st.kvm.as_mut().map(|k| f(k, &ctx))
+        with_device!(self, kvm, f)
     }
 
     /// Runs `f` on the Hyper-V partition (`None` if absent).
     pub fn with_hyperv<R>(&self, f: impl FnOnce(&mut HypervHost, &SimCtx<'_>) -> R) -> Option<R> {
-        let mut st = self.lock();
-        let ctx = ctx!(self, st);
-        st.hyperv.as_mut().map(|h| f(h, &ctx))
+        with_device!(self, hyperv, f)
     }
 
     /// Runs `f` on the HPET (`None` if absent).
     pub fn with_hpet<R>(&self, f: impl FnOnce(&mut Hpet, &SimCtx<'_>) -> R) -> Option<R> {
-        let mut st = self.lock();
-        let ctx = ctx!(self, st);
-        st.hpet.as_mut().map(|h| f(h, &ctx))
+        with_device!(self, hpet, f)
     }
 
     /// Runs `f` on the PM timer (`None` if absent).
     pub fn with_pm_timer<R>(&self, f: impl FnOnce(&mut PmTimer, &SimCtx<'_>) -> R) -> Option<R> {
-        let mut st = self.lock();
-        let ctx = ctx!(self, st);
-        st.pm.as_mut().map(|p| f(p, &ctx))
+        with_device!(self, pm, f)
     }
 
     /// Runs `f` on the PIT (`None` if absent).
     pub fn with_pit<R>(&self, f: impl FnOnce(&mut Pit8254, &SimCtx<'_>) -> R) -> Option<R> {
-        let mut st = self.lock();
-        let ctx = ctx!(self, st);
-        st.pit.as_mut().map(|p| f(p, &ctx))
+        with_device!(self, pit, f)
     }
 
     /// Runs `f` on the RTC (`None` if absent).
     pub fn with_rtc<R>(&self, f: impl FnOnce(&mut CmosRtc, &SimCtx<'_>) -> R) -> Option<R> {
-        let mut st = self.lock();
-        let ctx = ctx!(self, st);
-        st.rtc.as_mut().map(|r| f(r, &ctx))
+        with_device!(self, rtc, f)
     }
 
     /// The HPET's register window as the OS would map it (simulated).
@@ -756,31 +771,49 @@ impl SimMachine {
     /// fault.
     pub fn write_msr(&self, msr: Msr, value: u64) {
         self.counters.msr_writes.fetch_add(1, Ordering::SeqCst);
-        let mut st = self.lock();
-        self.tick(&mut st, self.config.costs.trap_ns);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        self.tick(st, self.config.costs.trap_ns);
         let cpu = Self::current_cpu();
-        if msr == Msr::IA32_TSC_AUX {
-            st.tsc_aux[cpu] = value as u32;
-            return;
+        let gp = || -> ! { panic!("simulated #GP: wrmsr {msr:?} = {value:#x}") };
+        match st.overrides.msr.get(&msr.number()) {
+            Some(Answer::Fault) => gp(),
+            Some(Answer::Value(_)) => return,
+            None => {}
+        }
+        match msr.number() {
+            n if n == Msr::IA32_TSC_AUX.number() => {
+                st.tsc_aux[cpu] = value as u32;
+                return;
+            }
+            MSR_TSC if st.has_tsc(cpu) => {
+                let now = st.now_ns;
+                st.tsc.write_tsc(now, cpu, value);
+                return;
+            }
+            n if n == Msr::IA32_TSC_ADJUST.number() && st.has_tsc_adjust(cpu) => {
+                st.tsc.set_adjust(cpu, value as i64);
+                return;
+            }
+            _ => {}
         }
         let ctx = ctx!(self, st);
-        let st = &mut *st;
         if let Some(r) = st
             .kvm
             .as_mut()
             .and_then(|k| k.wrmsr(&ctx, msr.number(), value))
         {
-            return r.unwrap_or_else(|()| panic!("simulated #GP: wrmsr {msr:?} = {value:#x}"));
+            return r.unwrap_or_else(|()| gp());
         }
         if let Some(r) = st
             .hyperv
             .as_mut()
             .and_then(|h| h.wrmsr(&ctx, msr.number(), value))
         {
-            return r.unwrap_or_else(|()| panic!("simulated #GP: wrmsr {msr:?} = {value:#x}"));
+            return r.unwrap_or_else(|()| gp());
         }
         if self.config.unknown_msr == UnknownMsr::Fault {
-            panic!("simulated #GP: wrmsr {msr:?} = {value:#x}");
+            gp();
         }
     }
 
@@ -788,10 +821,13 @@ impl SimMachine {
     /// devices only). Writes to absent devices are dropped.
     pub fn write_port8(&self, port: u16, value: u8) {
         self.counters.port_writes.fetch_add(1, Ordering::SeqCst);
-        let mut st = self.lock();
-        self.tick(&mut st, self.config.costs.trap_ns);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        self.tick(st, self.config.costs.trap_ns);
+        if st.overrides.port.contains_key(&port) {
+            return;
+        }
         let ctx = ctx!(self, st);
-        let st = &mut *st;
         let _handled = st
             .pit
             .as_mut()
@@ -802,48 +838,40 @@ impl SimMachine {
                 .is_some_and(|r| r.port_write(&ctx, port, value));
     }
 
-    fn garbage(leaf: u32, sub: u32) -> CpuidResult {
-        let mut x = (leaf as u64) << 32 | sub as u64 | 0x9E37_79B9_0000_0000;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u32
-        };
-        regs(next(), next(), next(), next())
-    }
-
     fn tick(&self, st: &mut State, ns: u64) {
         st.now_ns = st.now_ns.saturating_add(ns);
     }
 
-    fn unknown_msr_read(&self, msr: Msr) -> Option<u64> {
-        match self.config.unknown_msr {
-            UnknownMsr::ReadZero => Some(0),
-            UnknownMsr::Fault => {
-                let _ = msr;
-                None
-            }
-        }
-    }
-
     fn msr_read(&self, msr: Msr) -> Option<u64> {
         self.counters.msr_reads.fetch_add(1, Ordering::SeqCst);
-        let mut st = self.lock();
-        self.tick(&mut st, self.config.costs.trap_ns);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        self.tick(st, self.config.costs.trap_ns);
         let cpu = Self::current_cpu();
-        if msr == Msr::IA32_TSC_AUX {
-            return st.tsc_aux.get(cpu).map(|&v| v as u64);
+        match st.overrides.msr.get(&msr.number()) {
+            Some(Answer::Fault) => return None,
+            Some(Answer::Value(v)) => return Some(*v),
+            None => {}
+        }
+        match msr.number() {
+            n if n == Msr::IA32_TSC_AUX.number() => return st.tsc_aux.get(cpu).map(|&v| v as u64),
+            MSR_TSC if st.has_tsc(cpu) => return Some(st.tsc.ticks(st.now_ns, cpu)),
+            n if n == Msr::IA32_TSC_ADJUST.number() && st.has_tsc_adjust(cpu) => {
+                return Some(st.tsc.adjust(cpu) as u64)
+            }
+            _ => {}
         }
         let ctx = ctx!(self, st);
-        let st = &mut *st;
         if let Some(v) = st.kvm.as_mut().and_then(|k| k.rdmsr(&ctx, msr.number())) {
             return v;
         }
         if let Some(v) = st.hyperv.as_mut().and_then(|h| h.rdmsr(&ctx, msr.number())) {
             return v;
         }
-        self.unknown_msr_read(msr)
+        match self.config.unknown_msr {
+            UnknownMsr::ReadZero => Some(0),
+            UnknownMsr::Fault => None,
+        }
     }
 }
 
@@ -853,8 +881,7 @@ impl Hardware for SimMachine {
         let tsc = {
             let mut st = self.lock();
             self.tick(&mut st, self.config.costs.rdtsc_ns);
-            let ctx = ctx!(self, st);
-            ctx.tsc(ctx.cpu)
+            st.tsc.ticks(st.now_ns, Self::current_cpu())
         };
         if self.rdtsc_hook.installed.load(Ordering::SeqCst) {
             self.run_rdtsc_hook();
@@ -866,29 +893,26 @@ impl Hardware for SimMachine {
         self.rdtsc()
     }
 
+    /// # Panics
+    /// With "simulated #UD" when CPUID.80000001:EDX bit 27 (RDTSCP) is
+    /// clear, as the instruction faults then.
     fn rdtscp(&self) -> (u64, u32) {
+        let cpu = Self::current_cpu();
+        let has = self.lock().cpuid(cpu, 0x8000_0001, 0).edx & (1 << 27) != 0;
+        assert!(
+            has,
+            "simulated #UD: rdtscp without CPUID.80000001:EDX.RDTSCP"
+        );
         let t = self.rdtsc();
-        let aux = self.lock().tsc_aux[Self::current_cpu()];
+        let aux = self.lock().tsc_aux[cpu];
         (t, aux)
     }
 
     fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult {
         self.counters.cpuid.fetch_add(1, Ordering::SeqCst);
-        {
-            let mut st = self.lock();
-            self.tick(&mut st, self.config.costs.cpuid_ns);
-        }
-        // Leaves that ignore ECX are stored with subleaf 0.
-        match self
-            .config
-            .cpuid
-            .get(&(leaf, subleaf))
-            .or_else(|| self.config.cpuid.get(&(leaf, 0)))
-        {
-            Some(r) => *r,
-            None if self.config.cpuid_garbage => Self::garbage(leaf, subleaf),
-            None => CpuidResult::default(),
-        }
+        let mut st = self.lock();
+        self.tick(&mut st, self.config.costs.cpuid_ns);
+        st.cpuid(Self::current_cpu(), leaf, subleaf)
     }
 
     fn rdmsr(&self, msr: Msr) -> u64 {
@@ -915,10 +939,13 @@ impl Hardware for SimMachine {
 
     fn inb(&self, port: u16) -> u8 {
         self.counters.port_reads.fetch_add(1, Ordering::SeqCst);
-        let mut st = self.lock();
-        self.tick(&mut st, self.config.costs.trap_ns);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        self.tick(st, self.config.costs.trap_ns);
+        if let Some(v) = st.overrides.port_read(port, 1) {
+            return v as u8;
+        }
         let ctx = ctx!(self, st);
-        let st = &mut *st;
         // An absent device reads all ones.
         st.pit
             .as_mut()
@@ -936,10 +963,13 @@ impl Hardware for SimMachine {
 
     fn inl(&self, port: u16) -> u32 {
         self.counters.port_reads.fetch_add(1, Ordering::SeqCst);
-        let mut st = self.lock();
-        self.tick(&mut st, self.config.costs.trap_ns);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        self.tick(st, self.config.costs.trap_ns);
+        if let Some(v) = st.overrides.port_read(port, 4) {
+            return v;
+        }
         let ctx = ctx!(self, st);
-        let st = &mut *st;
         st.pm
             .as_mut()
             .and_then(|p| p.port_read(&ctx, port))
@@ -988,14 +1018,17 @@ impl SimMachine {
 
     fn mmio_read(&self, region: MmioRegion, offset: usize, size: usize) -> u64 {
         self.counters.mmio_reads.fetch_add(1, Ordering::SeqCst);
-        let mut st = self.lock();
-        self.tick(&mut st, self.config.costs.trap_ns);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        self.tick(st, self.config.costs.trap_ns);
         let all_ones = if size == 8 { u64::MAX } else { u32::MAX as u64 };
         let Some(addr) = Self::mmio_addr(region, offset, size) else {
             return all_ones;
         };
+        if let Some(v) = st.overrides.mmio_read(addr, size) {
+            return v;
+        }
         let ctx = ctx!(self, st);
-        let st = &mut *st;
         st.hpet
             .as_mut()
             .and_then(|h| h.mmio_read(&ctx, addr, size))
@@ -1004,13 +1037,16 @@ impl SimMachine {
 
     fn mmio_write(&self, region: MmioRegion, offset: usize, size: usize, value: u64) {
         self.counters.mmio_writes.fetch_add(1, Ordering::SeqCst);
-        let mut st = self.lock();
-        self.tick(&mut st, self.config.costs.trap_ns);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        self.tick(st, self.config.costs.trap_ns);
         let Some(addr) = Self::mmio_addr(region, offset, size) else {
             return;
         };
+        if st.overrides.mmio_write_dropped(addr) {
+            return;
+        }
         let ctx = ctx!(self, st);
-        let st = &mut *st;
         if let Some(h) = st.hpet.as_mut() {
             h.mmio_write(&ctx, addr, size, value);
         }

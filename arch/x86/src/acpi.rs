@@ -116,6 +116,11 @@ pub struct AcpiClocks {
     pub pm_timer: Result<PmTimerInfo, AcpiError>,
     /// The RTC's century register, or why the FADT could not be read.
     pub rtc: Result<RtcInfo, AcpiError>,
+    /// Processors the MADT ("APIC") lists as enabled (local APIC and
+    /// x2APIC entries with the Enabled flag), or why it could not be read:
+    /// how many CPUs may read the TSC, for a probe that must not trust a
+    /// TSC across CPUs it has no warp-test result for.
+    pub processors: Result<u32, AcpiError>,
 }
 
 /// Why the tables (or one clock in them) could not be used.
@@ -526,7 +531,57 @@ pub fn discover(mem: &impl PhysMemory, rsdp: u64) -> Result<AcpiClocks, AcpiErro
         hpet: hpet_info(mem, &root),
         pm_timer: fadt.as_ref().map_err(|e| *e).and_then(pm_timer_info),
         rtc: fadt.as_ref().map(rtc_info).map_err(|e| *e),
+        processors: processor_count(mem, &root),
     })
+}
+
+/// MADT layout: entries start after the header, the local APIC address
+/// and the flags; each entry is `type, length, ...`.
+mod madt {
+    pub const ENTRIES: usize = 44;
+    /// Processor Local APIC: flags (u32) at 4.
+    pub const LOCAL_APIC: u8 = 0;
+    pub const LOCAL_APIC_FLAGS: usize = 4;
+    /// Processor Local x2APIC: flags (u32) at 8.
+    pub const LOCAL_X2APIC: u8 = 9;
+    pub const LOCAL_X2APIC_FLAGS: usize = 8;
+    /// Flags bit 0: the processor is usable now.
+    pub const ENABLED: u32 = 1;
+}
+
+/// Counts the MADT's enabled processors (bounded by the table's length,
+/// at most 64 KiB; an entry whose length is below 2 or runs past the end
+/// is an error, not a loop).
+fn processor_count(mem: &impl PhysMemory, root: &Root) -> Result<u32, AcpiError> {
+    const T: &str = "APIC";
+    let table = root.find(mem, T, madt::ENTRIES as u32)?;
+    let end = table.len as usize;
+    let (mut off, mut n) = (madt::ENTRIES, 0u32);
+    while off + 2 <= end {
+        let mut h = [0u8; 2];
+        table.bytes(mem, T, off, &mut h)?;
+        let len = h[1] as usize;
+        if len < 2 || off + len > end {
+            return Err(AcpiError::BadLength {
+                table: T,
+                len: table.len,
+            });
+        }
+        let flags_at = match h[0] {
+            madt::LOCAL_APIC => Some(madt::LOCAL_APIC_FLAGS),
+            madt::LOCAL_X2APIC => Some(madt::LOCAL_X2APIC_FLAGS),
+            _ => None,
+        };
+        if let Some(at) = flags_at.filter(|at| at + 4 <= len) {
+            let mut f = [0u8; 4];
+            table.bytes(mem, T, off + at, &mut f)?;
+            if u32::from_le_bytes(f) & madt::ENABLED != 0 {
+                n += 1;
+            }
+        }
+        off += len;
+    }
+    Ok(n)
 }
 
 /// A validated ACPI table: where it is and how long.

@@ -1,32 +1,5 @@
-//! # clockhal-acpi-pm
-//!
-//! The ACPI power-management timer as a [`ClockSource`]: 3,579,545 Hz,
-//! 24 or 32 bits wide (FADT TMR_VAL_EXT), widened to 64 bits in software
-//! ([`WrapExtender`]), so it must be read at least every 2.34 s (24-bit)
-//! or every 10 min (32-bit); see [`ClockSource::max_read_interval`].
-//!
-//! Some PIIX4/ICH chipsets do not latch the counter, so a read racing a
-//! carry can return a torn value. [`AcpiPm::probe`] tests the counter the
-//! way FreeBSD does (back-to-back reads, none of which may step backwards;
-//! large forward steps are allowed: a vCPU can be descheduled between two
-//! reads) and picks a [`PmMode`]:
-//! - [`PmMode::Fast`]: one port read per read (quality 150);
-//! - [`PmMode::Verified`]: three reads that must be ordered, `v1 <= v2 <= v3`
-//!   modulo the wrap, returning `v2` (Linux's verified read; quality 120).
-//!
-//! ```
-//! use clockhal_acpi_pm::{AcpiPm, PmMode};
-//! use clockhal_core::{ClockSource, Policy};
-//! use clockhal_sim::SimMachine;
-//!
-//! let m = SimMachine::kvm(); // QEMU: 24-bit at port 0x608
-//! let pm = AcpiPm::probe(&m, 0x608, false, &Policy::new()).unwrap();
-//! assert_eq!(pm.mode(), PmMode::Fast);
-//! assert_eq!(pm.frequency().hz_rounded(), 3_579_545);
-//! ```
-//!
-//! The port comes from the FADT ([`clockhal_x86::acpi`]) or from an OS that
-//! parsed ACPI itself.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 

@@ -1,32 +1,5 @@
-//! # clockhal-hpet
-//!
-//! The HPET main counter as a [`ClockSource`].
-//!
-//! [`Hpet::probe`] validates the capabilities register, enables the main
-//! counter (keeping the legacy-route bit as firmware left it), checks that
-//! it really advances and derives the exact rate from the period in
-//! femtoseconds. Each [`read`](ClockSource::read) is exactly one MMIO load:
-//! one 64-bit load for a 64-bit counter, one 32-bit load extended in
-//! software ([`WrapExtender`]) for a 32-bit one.
-//!
-//! Under a hypervisor every read is an MMIO exit (~1 µs), so the HPET is
-//! rated 250: below every exit-free source, above the PM timer.
-//!
-//! ```
-//! use clockhal_core::{ClockSource, Policy};
-//! use clockhal_hpet::Hpet;
-//! use clockhal_sim::SimMachine;
-//!
-//! let m = SimMachine::kvm(); // QEMU's 100 MHz, 64-bit HPET
-//! let hpet = Hpet::probe(&m, m.hpet_region().unwrap(), &Policy::new()).unwrap();
-//! assert_eq!(hpet.frequency().hz_rounded(), 100_000_000);
-//! let a = hpet.read();
-//! m.advance(1_000_000); // 1 ms
-//! assert!(hpet.read() - a >= 100_000);
-//! ```
-//!
-//! Mapping the block is the OS's job: it creates the [`MmioRegion`] (1 KiB
-//! at the base from ACPI, see [`clockhal_x86::acpi`]) uncached.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 

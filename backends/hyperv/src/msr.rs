@@ -2,7 +2,8 @@
 
 use crate::HV_RATE;
 use clockhal_core::{ClockSource, Frequency, MonotonicClamp, Quality, ReadCost, Stability};
-use clockhal_x86::{Hardware, Msr};
+use clockhal_x86::{rdmsr_checked, Hardware, Msr};
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// "hyperv-msr" rating: every read traps, but exact and migration-safe.
 pub const MSR_RATING: Quality = Quality::new(280);
@@ -24,6 +25,7 @@ pub const MSR_STABILITY: Stability = Stability::MONOTONIC_PER_CPU
 pub struct HypervMsrClock<H: Hardware> {
     pub(crate) hw: H,
     clamp: MonotonicClamp,
+    faults: AtomicU64,
 }
 
 impl<H: Hardware> HypervMsrClock<H> {
@@ -31,6 +33,7 @@ impl<H: Hardware> HypervMsrClock<H> {
         HypervMsrClock {
             hw,
             clamp: MonotonicClamp::new(),
+            faults: AtomicU64::new(0),
         }
     }
 
@@ -41,10 +44,25 @@ impl<H: Hardware> HypervMsrClock<H> {
         self.clamp.clamp(self.raw_100ns())
     }
 
-    /// TIME_REF_COUNT as the partition returns it (no clamp).
+    /// TIME_REF_COUNT as the partition returns it (no clamp). Read with a
+    /// #GP-recovering read where the OS offers one: a partition that
+    /// withdraws the MSR after the probe gives the last value (held, and
+    /// counted in [`faults`](Self::faults)) instead of a crash.
     #[inline]
     pub(crate) fn raw_100ns(&self) -> u64 {
-        self.hw.rdmsr(Msr::HV_TIME_REF_COUNT)
+        match rdmsr_checked(&self.hw, Msr::HV_TIME_REF_COUNT) {
+            Some(v) => v,
+            None => {
+                self.faults.fetch_add(1, Relaxed);
+                self.clamp.last()
+            }
+        }
+    }
+
+    /// Reads of TIME_REF_COUNT that faulted (the partition withdrew the
+    /// MSR after the probe): each returned the held value.
+    pub fn faults(&self) -> u64 {
+        self.faults.load(Relaxed)
     }
 
     /// Forgets the clamp (after a restore that moved the partition's

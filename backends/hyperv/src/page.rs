@@ -369,6 +369,13 @@ impl<H: Hardware> HypervPageClock<H> {
         });
     }
 
+    /// Changes whenever readings' validity changes for every CPU (a
+    /// withdrawn order, a resume): a reader that caches [`PageMap`]s drops
+    /// them when it changes.
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Acquire)
+    }
+
     /// The page's sequence now (what [`PageMap::sequence`] must equal for a
     /// cached map to be current).
     #[inline(always)]

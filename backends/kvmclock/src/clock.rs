@@ -41,6 +41,13 @@ pub const STABLE_AGREEMENT_NS: u64 = 1_000;
 /// CPU per second.
 pub const REVALIDATE_NS: u64 = 1_000_000_000;
 
+/// An update's `tsc_timestamp` this many TSC ticks or less behind the
+/// read (about 100 s at 10 GHz) is where its continuity is judged.
+const MAX_ANCHOR_AGE_TICKS: u64 = 1 << 40;
+
+/// Samples retried on the new CPU when the caller migrates during one.
+const MIGRATION_RETRIES: usize = 3;
+
 /// One rate for every kvmclock: its readings are nanoseconds.
 const NS_RATE: Frequency = match Frequency::from_hz(1_000_000_000) {
     Ok(f) => f,
@@ -123,9 +130,13 @@ impl KvmclockStats {
 /// Why a read could not use the area.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum ReadMiss {
     /// No area for this CPU index, or it was never registered on it.
     Unregistered,
+    /// The caller is no longer on `cpu` (a kernel that migrated it during
+    /// the sample): the sample paired another CPU's TSC with this area.
+    Migrated,
     /// The version stayed odd or kept changing.
     Busy,
     /// The host's parameters were never plausible.
@@ -193,6 +204,9 @@ pub struct Kvmclock<H: Hardware> {
     clamp: MonotonicClamp,
     /// Even; cached entries of another epoch are stale.
     epoch: AtomicU32,
+    /// The epoch the last resume began (entries before it are no
+    /// continuity baseline).
+    resume_epoch: AtomicU32,
     guest_stopped: AtomicBool,
     counters: Counters,
 }
@@ -271,6 +285,7 @@ impl<H: Hardware> Kvmclock<H> {
             accepted,
             clamp: MonotonicClamp::new(),
             epoch: AtomicU32::new(2),
+            resume_epoch: AtomicU32::new(2),
             guest_stopped: AtomicBool::new(false),
             counters: Counters::default(),
         })
@@ -342,7 +357,8 @@ impl<H: Hardware> Kvmclock<H> {
         slot.floor().store(0, Release);
         if cpu == self.boot_cpu {
             self.clamp.reset();
-            self.epoch.fetch_add(2, AcqRel);
+            let now = self.epoch.fetch_add(2, AcqRel).wrapping_add(2);
+            self.resume_epoch.store(now, Release);
         }
         self.register_this_cpu()
     }
@@ -392,11 +408,17 @@ impl<H: Hardware> Kvmclock<H> {
 
     #[cold]
     fn read_slow(&self, cpu: usize) -> u64 {
-        match self.area_map(cpu) {
-            Ok(m) => self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
-            // Nothing fresh: not earlier than anything any CPU returned.
-            Err(_) => self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor())),
+        let mut cpu = cpu;
+        // A migration mid-sample is retried on the new CPU, a few times.
+        for _ in 0..MIGRATION_RETRIES {
+            match self.area_map(cpu) {
+                Ok(m) => return self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
+                Err(ReadMiss::Migrated) => cpu = self.hw.cpu_index(),
+                Err(_) => break,
+            }
         }
+        // Nothing fresh: not earlier than anything any CPU returned.
+        self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor()))
     }
 
     /// The validated map of `cpu`'s area now (one seqlock sample, and a
@@ -415,11 +437,20 @@ impl<H: Hardware> Kvmclock<H> {
         }
         let (slot, _) = self.slots().get(cpu);
         let epoch = self.epoch.load(Acquire);
-        let cached = slot
-            .load()
-            .map(|(_, e)| e)
-            .filter(|e| e.epoch & !ORDERED == epoch);
-        let s = match Sample::take(area, || self.hw.rdtsc_ordered()) {
+        let entry = slot.load().map(|(_, e)| e);
+        let cached = entry.filter(|e| e.epoch & !ORDERED == epoch);
+        // This CPU's last validated parameters stay its continuity baseline
+        // across a change of epoch (a revoked stable bit), but not across a
+        // resume, whose restored host's timeline is taken as it is.
+        let resumed = self.resume_epoch.load(Acquire);
+        let baseline = entry
+            .filter(|e| e.epoch != 0 && (e.epoch & !ORDERED).wrapping_sub(resumed) < 1 << 31)
+            .map(|e| e.map);
+        let sampled = Sample::take(area, || self.hw.rdtsc_ordered());
+        if self.hw.cpu_index() != cpu {
+            return Err(ReadMiss::Migrated);
+        }
+        let s = match sampled {
             Ok(s) => s,
             Err(_) => {
                 // The host is mid-update for too long: the last validated
@@ -453,15 +484,20 @@ impl<H: Hardware> Kvmclock<H> {
                 // says nothing about this CPU's TSC. Then a CPU's first
                 // update is judged for plausibility alone, and the facade's
                 // jump check (an independent reference) stands behind it.
-                let last = cached.map(|e| e.map).or_else(|| {
-                    if ordered {
-                        self.last_accepted()
-                    } else {
-                        None
-                    }
-                });
+                let last = baseline.or_else(|| if ordered { self.last_accepted() } else { None });
                 let new = TscMap::pvclock(s.mul, s.shift, s.tsc_timestamp, s.system_time);
-                let v = judge_update(last.as_ref(), new, s.tsc, &self.probe_map, &self.bounds);
+                // Continuity is judged where the host anchored the update
+                // (its tsc_timestamp): what the old parameters predict there
+                // against the new system_time. Judged at this read's TSC
+                // instead, an update first seen late after a TSC rate change
+                // (a migration) would look discontinuous by the rate change
+                // times the delay. A timestamp in the future, or absurdly far
+                // back, is not trusted as the anchor.
+                let at = match s.tsc.checked_sub(s.tsc_timestamp) {
+                    Some(back) if back <= MAX_ANCHOR_AGE_TICKS => s.tsc_timestamp,
+                    _ => s.tsc,
+                };
+                let v = judge_update(last.as_ref(), new, at, &self.probe_map, &self.bounds);
 
                 match v {
                     UpdateVerdict::Accept(m) => {
@@ -520,6 +556,13 @@ impl<H: Hardware> Kvmclock<H> {
             map,
             limit: 0,
         });
+    }
+
+    /// Changes whenever readings' validity changes for every CPU (a revoked
+    /// stable bit, a resume): a reader that caches [`AreaMap`]s drops them
+    /// when it changes.
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Acquire)
     }
 
     /// `cpu`'s area version now (what [`AreaMap::version`] must equal for

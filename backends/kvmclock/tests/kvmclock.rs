@@ -246,10 +246,15 @@ fn version_stuck_odd_is_bounded_and_keeps_the_last_valid_parameters() {
     m.advance(5_000_000);
     let rdtscs = m.traps().rdtsc;
     let held: Vec<u64> = (0..3).map(|_| read_checked(&clock, &m, 0)).collect();
-    // Bounded: the odd version is seen before the seqlock's rdtsc, so each
-    // read issues one rdtsc only, for the value from the last valid
-    // parameters (which still describe the TSC).
-    assert_eq!(m.traps().rdtsc, rdtscs + 3);
+    // Bounded: the sample sees the odd version before its rdtsc and gives
+    // up after MAX_READ_ATTEMPTS loads; each read issues at most three
+    // TSC reads (the fast path's, a retry's, the held value's from the
+    // last valid parameters, which still describe the TSC).
+    assert!(
+        m.traps().rdtsc <= rdtscs + 3 * 3,
+        "{}",
+        m.traps().rdtsc - rdtscs
+    );
     assert!(held[0] >= a + 5_000_000, "{held:?} after {a}");
     assert!(held.windows(2).all(|w| w[1] >= w[0]));
     assert_eq!(clock.stats().busy_reads, 3);

@@ -1,77 +1,18 @@
-//! # clockhal-tsc
-//!
-//! The CPU's time-stamp counter as a [`ClockSource`]: no hypervisor exits
-//! per read, but only as good as three facts that [`Tsc::probe`] gathers.
-//!
-//! 1. **Invariant?** CPUID 0x80000007 EDX bit 8: the rate does not change
-//!    with P-, C- or T-states. Inside a VM this is the *hypervisor's claim
-//!    for the current host*: it says nothing about live migration to a host
-//!    with another TSC rate (only TSC scaling or a no-migration promise
-//!    covers that, see [`Migration`]).
-//! 2. **Rate?** Best first, with its [`RateProvenance`]: CPUID 0x15, the
-//!    hypervisor timing leaf (base+0x10, only if the range reaches it), the
-//!    caller's hints (Hyper-V frequency MSR, pvclock mul/shift, OS-supplied:
-//!    this crate does not depend on those backends), then a calibration
-//!    against a reference [`ClockSource`] ([`calibrate`]). Rates are kept
-//!    exact ([`Frequency`] is rational), never rounded to MHz. When a stated
-//!    rate and a reference both exist, they are cross-checked
-//!    ([`RateCheck`]).
-//! 3. **In step across CPUs?** The OS runs the warp test
-//!    ([`warp_participant`]) on CPU pairs and passes the [`SyncStatus`].
-//!
-//! ## Rating
-//! - [`Quality::UNUSABLE`] (-100: never auto-selected, still usable by
-//!   explicit choice) with the reason in [`Tsc::unusable`]: a warp seen,
-//!   no real rate (only CPUID 0x16's MHz), several CPUs without a warp-test
-//!   result, or — for a TSC that is not invariant — no rate good enough to
-//!   supervise.
-//! - **Invariant:** 300 (Linux's `tsc` rating), +50 when in step (single
-//!   CPU or warp-tested), +40 when the rate is exact (a stated rate not
-//!   contradicted by a calibration) or calibrated to within [`TIGHT_PPM`]:
-//!   300..=390, below kvmclock (400) and the Hyper-V page (450), because
-//!   the raw TSC does not survive migration to a host with another rate.
-//!   500 when all of that holds *and* the OS promises
-//!   [`Migration::WillNot`]: then the TSC is as correct as the paravirtual
-//!   clocks and cheaper.
-//! - **Not invariant, but in step and with a known or calibrated rate:**
-//!   [`SUPERVISED_RATING`] (290) — a *supervised* TSC, Linux's
-//!   `CLOCK_SOURCE_MUST_VERIFY`: it beats every trapping source (HPET 250,
-//!   Hyper-V MSR 280, PM timer 150) and never a paravirtual clock, and is
-//!   correct only while a watchdog keeps comparing it with an independent
-//!   counter ([`Tsc::supervised`]; the facade enforces that and demotes it
-//!   at the first skew).
-//!
-//! ## Read
-//! [`ClockSource::read`] is [`Hardware::rdtsc_ordered`] (`lfence; rdtsc`,
-//! or `mfence; rdtsc` on AMD): a plain `rdtsc` may execute before earlier
-//! loads complete, so a timestamp taken after reading some shared state
-//! could be older than that state — and two reads on different CPUs could
-//! be misordered against the memory operations between them. The fence
-//! costs a few cycles (see the crate's benchmark).
-//!
-//! ```
-//! use clockhal_core::{ClockSource, Policy};
-//! use clockhal_tsc::{RateProvenance, SyncStatus, Tsc, TscOptions};
-//! use clockhal_sim::SimMachine;
-//!
-//! let m = SimMachine::bare_metal(); // invariant TSC, CPUID 0x15
-//! let opts = TscOptions { sync: SyncStatus::SingleCpu, ..TscOptions::new() };
-//! let tsc = Tsc::probe(&m, &opts).unwrap();
-//! assert_eq!(tsc.provenance(), RateProvenance::CpuidLeaf15);
-//! assert_eq!(tsc.frequency().hz_rounded(), 2_592_000_000);
-//! assert_eq!(tsc.quality().get(), 390);
-//! ```
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 
 mod calibrate;
 mod check;
 mod provenance;
+mod refine;
 mod warp;
 
 pub use calibrate::{calibrate, Calibration, CalibrationError};
 pub use check::{RateCheck, RATE_TOLERANCE_PPM};
-pub use provenance::RateProvenance;
+pub use provenance::{stated_rate, RateProvenance};
+pub use refine::{refined_rate, RefineError, Refinement, REFINED_TARGET_PPM};
 pub use warp::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
 
 use clockhal_core::{
@@ -229,6 +170,9 @@ pub struct Tsc<H: Hardware> {
     rate: Frequency,
     map: TscMap,
     provenance: RateProvenance,
+    /// The run-time refinement of a calibrated rate, once adopted
+    /// ([`refine`](Self::refine)): replaces rate, map and provenance.
+    refined: spin::Once<(Frequency, TscMap, RateProvenance)>,
     check: RateCheck,
     calibration: Option<Calibration>,
     invariant: bool,
@@ -286,6 +230,7 @@ impl<H: Hardware> Tsc<H> {
             map: TscMap::through(&Scale::new(rate), 0, 0),
             rate,
             provenance,
+            refined: spin::Once::new(),
             check,
             calibration: calibration.and_then(Result::ok),
             invariant,
@@ -323,7 +268,63 @@ impl<H: Hardware> Tsc<H> {
     /// The TSC ticks-to-nanoseconds map of the rate in use (through 0), for
     /// a reader that composes it with its own offset (the facade's `Clock`).
     pub fn map(&self) -> TscMap {
-        self.map
+        self.refined.get().map_or(self.map, |r| r.1)
+    }
+
+    /// The rate in use (the probe's, or its run-time refinement).
+    fn rate(&self) -> Frequency {
+        self.refined.get().map_or(self.rate, |r| r.0)
+    }
+
+    /// Adopts a run-time refinement of a calibrated rate (see
+    /// [`refined_rate`]; the facade's watchdog feeds it): once, only over a
+    /// calibration, only if tighter, and only if it agrees with the rate in
+    /// use within both bounds. From then on [`frequency`](ClockSource::frequency),
+    /// [`map`](Self::map), [`provenance`](Self::provenance) and the rating
+    /// follow it. Call it while nothing reads this TSC through its old map
+    /// (the facade refines only a TSC that is not the current source): the
+    /// new map is a different line through 0.
+    pub fn refine(
+        &self,
+        r: &Refinement,
+        reference: &'static str,
+        baseline_ms: u32,
+    ) -> Result<(), RefineError> {
+        if self.refined.is_completed() {
+            return Err(RefineError::AlreadyRefined);
+        }
+        let RateProvenance::Calibrated {
+            uncertainty_ppm: was,
+            ..
+        } = self.provenance
+        else {
+            return Err(RefineError::NotCalibrated);
+        };
+        if r.uncertainty_ppm >= was {
+            return Err(RefineError::NotTighter);
+        }
+        let diff = r.rate.ppb_from(&self.rate) / 1_000;
+        if diff.unsigned_abs() > u64::from(was) + u64::from(r.uncertainty_ppm) {
+            return Err(RefineError::Disagrees { ppm: diff });
+        }
+        if !provenance::plausible(&r.rate) {
+            return Err(RefineError::Implausible);
+        }
+        let prov = RateProvenance::Refined {
+            reference,
+            uncertainty_ppm: r.uncertainty_ppm,
+            baseline_ms,
+        };
+        let mut adopted = false;
+        self.refined.call_once(|| {
+            adopted = true;
+            (r.rate, TscMap::through(&Scale::new(r.rate), 0, 0), prov)
+        });
+        if adopted {
+            Ok(())
+        } else {
+            Err(RefineError::AlreadyRefined)
+        }
     }
 
     /// Why the TSC may not be auto-selected, or `None` if it may.
@@ -336,7 +337,7 @@ impl<H: Hardware> Tsc<H> {
                 worst_backward_ticks,
             });
         }
-        if self.provenance == RateProvenance::BaseFrequencyHint {
+        if self.provenance() == RateProvenance::BaseFrequencyHint {
             return Some(Unusable::NoRealRate);
         }
         if !self.in_step() {
@@ -348,12 +349,11 @@ impl<H: Hardware> Tsc<H> {
         if self.check.is_suspect() {
             return Some(Unusable::RateInDoubt);
         }
-        let uncertainty_ppm = match self.provenance {
-            RateProvenance::Calibrated {
-                uncertainty_ppm, ..
-            } => uncertainty_ppm,
-            p if p.is_exact() => 0,
-            _ => u32::MAX,
+        let prov = self.provenance();
+        let uncertainty_ppm = match prov.uncertainty_ppm() {
+            Some(u) => u,
+            None if prov.is_exact() => 0,
+            None => u32::MAX,
         };
         if uncertainty_ppm > SUPERVISED_MAX_UNCERTAINTY_PPM {
             return Some(Unusable::NotInvariantRateUncertain { uncertainty_ppm });
@@ -377,7 +377,7 @@ impl<H: Hardware> Tsc<H> {
 
     /// Where the rate in use came from.
     pub fn provenance(&self) -> RateProvenance {
-        self.provenance
+        self.refined.get().map_or(self.provenance, |r| r.2)
     }
 
     /// The cross-check of a stated rate against the calibration.
@@ -417,11 +417,10 @@ impl<H: Hardware> Tsc<H> {
         if self.check.is_suspect() {
             return false;
         }
-        match self.provenance {
-            RateProvenance::Calibrated {
-                uncertainty_ppm, ..
-            } => uncertainty_ppm <= TIGHT_PPM,
-            p => p.is_exact(),
+        let prov = self.provenance();
+        match prov.uncertainty_ppm() {
+            Some(u) => u <= TIGHT_PPM,
+            None => prov.is_exact(),
         }
     }
 }
@@ -451,7 +450,7 @@ impl<H: Hardware> ClockSource for Tsc<H> {
     }
 
     fn frequency(&self) -> Frequency {
-        self.rate
+        self.rate()
     }
 
     fn quality(&self) -> Quality {

@@ -26,6 +26,19 @@ pub enum RateProvenance {
         /// its resolution and the scatter of its readings.
         uncertainty_ppm: u32,
     },
+    /// A calibration refined at run time over a long baseline against a
+    /// reference ([`Tsc::refine`](crate::Tsc::refine), fed by the facade's
+    /// watchdog ticks, as Linux refines its boot calibration after a
+    /// second).
+    Refined {
+        /// Name of the reference clock.
+        reference: &'static str,
+        /// Bound on the relative error (the two brackets' widths over the
+        /// baseline).
+        uncertainty_ppm: u32,
+        /// Length of the baseline, milliseconds of reference time.
+        baseline_ms: u32,
+    },
     /// Given by the OS (its own calibration, a boot parameter, ...).
     OsSupplied,
     /// CPUID leaf 0x16 base frequency: whole MHz and not necessarily the
@@ -35,6 +48,20 @@ pub enum RateProvenance {
 }
 
 impl RateProvenance {
+    /// The bound on the relative error of a measured rate, ppm (`None` for
+    /// a stated or guessed one).
+    pub fn uncertainty_ppm(&self) -> Option<u32> {
+        match *self {
+            RateProvenance::Calibrated {
+                uncertainty_ppm, ..
+            }
+            | RateProvenance::Refined {
+                uncertainty_ppm, ..
+            } => Some(uncertainty_ppm),
+            _ => None,
+        }
+    }
+
     /// Whether the source states the rate exactly (to better than 1 ppm),
     /// as opposed to measuring or guessing it.
     pub fn is_exact(&self) -> bool {
@@ -56,7 +83,7 @@ impl RateProvenance {
             RateProvenance::HypervMsr => 2,
             RateProvenance::Pvclock => 3,
             RateProvenance::OsSupplied => 4,
-            RateProvenance::Calibrated { .. } => 5,
+            RateProvenance::Calibrated { .. } | RateProvenance::Refined { .. } => 5,
             RateProvenance::BaseFrequencyHint => 6,
         }
     }
@@ -75,6 +102,16 @@ impl fmt::Display for RateProvenance {
             } => write!(
                 f,
                 "rate calibrated against {reference} (±{uncertainty_ppm} ppm)"
+            ),
+            RateProvenance::Refined {
+                reference,
+                uncertainty_ppm,
+                baseline_ms,
+            } => write!(
+                f,
+                "rate refined against {reference} over {}.{} s (±{uncertainty_ppm} ppm)",
+                baseline_ms / 1000,
+                baseline_ms % 1000 / 100
             ),
             RateProvenance::OsSupplied => f.write_str("rate supplied by the OS"),
             RateProvenance::BaseFrequencyHint => {
@@ -123,7 +160,9 @@ fn hypervisor_leaf<H: Hardware>(hw: &H) -> Option<Frequency> {
 
 /// The best stated (not measured) rate: CPUID 0x15, the hypervisor leaf,
 /// then the caller's hints by provenance rank (implausible ones skipped).
-pub(crate) fn stated_rate<H: Hardware>(
+/// What [`Tsc::probe`](crate::Tsc::probe) uses before it calibrates; a
+/// caller can ask first whether a calibration reference will be needed.
+pub fn stated_rate<H: Hardware>(
     hw: &H,
     hints: &[(Frequency, RateProvenance)],
 ) -> Option<(Frequency, RateProvenance)> {

@@ -2,7 +2,7 @@
 
 use clockhal_core::{ClockSource, Frequency, Migration, Policy, Quality, ReadCost, Stability};
 use clockhal_hpet::Hpet;
-use clockhal_sim::{regs, HpetConfig, KvmConfig, SimConfig, SimMachine};
+use clockhal_sim::{regs, CpuidMissing, HpetConfig, KvmConfig, SimConfig, SimMachine};
 use clockhal_tsc::{RateCheck, RateProvenance, SyncStatus, Tsc, TscError, TscOptions};
 
 fn hz(f: u64) -> Frequency {
@@ -245,32 +245,49 @@ fn no_tsc_bit() {
     assert_eq!(Tsc::probe(&m, &single()).unwrap_err(), TscError::NoTsc);
 }
 
-#[test]
-fn qemu_tcg_garbage_cpuid_is_not_believed() {
-    // TCG: garbage for every leaf missing from the table, including the
-    // timing leaf above the hypervisor range's max. With the HPET as a
-    // reference the rate must come out right whatever the garbage says.
-    let m = SimMachine::qemu_tcg();
-    let hpet = Hpet::probe(&m, m.hpet_region().unwrap(), &Policy::new()).unwrap();
-    let opts = TscOptions {
-        reference: Some(&hpet),
-        ..single()
-    };
-    let tsc = Tsc::probe(&m, &opts).unwrap();
-    assert_ne!(tsc.provenance(), RateProvenance::HypervisorLeaf);
-    let cal = tsc.calibration().unwrap();
-    let err_ppb = tsc.frequency().ppb_from(&hz(2_000_000_000)).unsigned_abs();
-    assert!(err_ppb <= cal.uncertainty_ppm as u64 * 1_000, "{tsc:?}");
-    std::println!("qemu_tcg: {tsc:?}");
+/// QEMU TCG as it really answers (leaves past a range's maximum answer
+/// leaf 0xD: the timing leaf 0x40000010 would say 543 kHz, leaf 0x15 a
+/// 2,696 Hz crystal), and the same machine with a hostile CPUID (garbage
+/// for every leaf missing from the table, invariant bit included).
+fn tcg_machines() -> [(&'static str, SimMachine); 2] {
+    let mut hostile = SimMachine::qemu_tcg_config();
+    hostile.cpuid_missing = CpuidMissing::Garbage;
+    hostile.cpuid.remove(&(0x8000_0007, 0));
+    [
+        ("qemu", SimMachine::qemu_tcg()),
+        ("garbage", hostile.build()),
+    ]
 }
 
 #[test]
-fn qemu_tcg_garbage_alone_never_gives_an_auto_selected_tsc() {
-    // Without a reference nothing can check the garbage: whatever comes
+fn qemu_tcg_out_of_range_cpuid_is_not_believed() {
+    // With the HPET as a reference the rate must come out right whatever
+    // the leaves past their maximum say.
+    for (name, m) in tcg_machines() {
+        let hpet = Hpet::probe(&m, m.hpet_region().unwrap(), &Policy::new()).unwrap();
+        let opts = TscOptions {
+            reference: Some(&hpet),
+            ..single()
+        };
+        let tsc = Tsc::probe(&m, &opts).unwrap();
+        assert_ne!(tsc.provenance(), RateProvenance::HypervisorLeaf, "{name}");
+        let cal = tsc.calibration().unwrap();
+        let err_ppb = tsc.frequency().ppb_from(&hz(2_000_000_000)).unsigned_abs();
+        assert!(
+            err_ppb <= cal.uncertainty_ppm as u64 * 1_000,
+            "{name}: {tsc:?}"
+        );
+    }
+}
+
+#[test]
+fn qemu_tcg_cpuid_alone_never_gives_an_auto_selected_tsc() {
+    // Without a reference nothing can check what CPUID says: whatever comes
     // out must not be rated for automatic selection.
-    let m = SimMachine::qemu_tcg();
-    match Tsc::probe(&m, &single()) {
-        Err(e) => assert_eq!(e, TscError::RateUnknown { calibration: None }),
-        Ok(tsc) => assert!(!tsc.quality().auto_selectable(), "{tsc:?}"),
-    };
+    for (name, m) in tcg_machines() {
+        match Tsc::probe(&m, &single()) {
+            Err(e) => assert_eq!(e, TscError::RateUnknown { calibration: None }, "{name}"),
+            Ok(tsc) => assert!(!tsc.quality().auto_selectable(), "{name}: {tsc:?}"),
+        };
+    }
 }

@@ -5,19 +5,24 @@
 //! under `timeout`. Parses the kernel's result lines
 //! ([`clockhal_conformance::line`]), compares them with the expectation
 //! table ([`expectations::EXPECTATIONS`]), writes
-//! `target/conformance/results.json` and the console logs, prints a table,
+//! `target/conformance/results.json`, the console logs and each boot's CPUID
+//! dump (`target/conformance/cpuid/<config>.txt`), prints a table,
 //! and exits non-zero on any unexpected result.
 //!
 //! ```text
 //! cargo run -p clockhal-matrix --release -- [--kernel PATH] [--only NAME[,NAME..]]
-//!     [--timeout SECS] [--jobs N] [--verbose] [--no-peer]
+//!     [--timeout SECS] [--jobs N] [--verbose] [--no-peer] [--no-foreign]
 //! ```
 //!
 //! Then it boots the Linux peer in each configuration, one at a time
 //! ([`linux_peer`]), and compares Linux's pick with clockhal's.
+//! [`foreign`] adds the rows of kernels clockhal did not write (Hermit, a
+//! bootloader_api kernel) and compares each with the PVH kernel on the
+//! same machine.
 
 mod configs;
 mod expectations;
+mod foreign;
 mod linux_peer;
 mod outcome;
 mod qemu;
@@ -31,13 +36,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 const USAGE: &str = "\
-usage: clockhal-matrix [--kernel PATH] [--only NAME[,NAME..]] [--timeout SECS] [--jobs N] [--verbose] [--no-peer]
+usage: clockhal-matrix [--kernel PATH] [--only NAME[,NAME..]] [--timeout SECS] [--jobs N] [--verbose] [--no-peer] [--no-foreign]
   --kernel PATH   boot this ELF instead of building conformance/kernels/pvh
   --only NAMES    run only these configurations (comma-separated, repeatable)
   --timeout SECS  per-QEMU timeout (default 90)
   --jobs N        configurations run in parallel (default 2)
   --verbose       print each configuration's clock table
   --no-peer       do not boot the Linux peer (its documented rules stand in)
+  --no-foreign    leave out the Hermit and bootloader_api rows (and their extra peers)
 configurations: ";
 
 struct Args {
@@ -47,10 +53,15 @@ struct Args {
     jobs: usize,
     verbose: bool,
     no_peer: bool,
+    no_foreign: bool,
 }
 
 fn usage() -> String {
-    let names: Vec<_> = CONFIGS.iter().map(|c| c.name).collect();
+    let names: Vec<_> = CONFIGS
+        .iter()
+        .map(|c| c.name)
+        .chain(foreign::names())
+        .collect();
     format!("{USAGE}{}", names.join(", "))
 }
 
@@ -62,6 +73,7 @@ fn parse_args() -> Result<Args, String> {
         jobs: 2,
         verbose: false,
         no_peer: false,
+        no_foreign: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -83,12 +95,13 @@ fn parse_args() -> Result<Args, String> {
             }
             "--verbose" | "-v" => a.verbose = true,
             "--no-peer" => a.no_peer = true,
+            "--no-foreign" => a.no_foreign = true,
             "--help" | "-h" => return Err(usage()),
             _ => return Err(format!("unknown argument {arg:?}\n{}", usage())),
         }
     }
     for n in &a.only {
-        if !CONFIGS.iter().any(|c| c.name == n) {
+        if !CONFIGS.iter().any(|c| c.name == n) && !foreign::is_known(n) {
             return Err(format!("unknown configuration {n:?}\n{}", usage()));
         }
     }
@@ -131,9 +144,20 @@ fn main() -> ExitCode {
     };
     eprintln!("kernel: {}", kernel.display());
 
+    let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|n| n == name);
+    let foreign_rows: Vec<&foreign::ForeignConfig> = foreign::CONFIGS
+        .iter()
+        .filter(|c| !args.no_foreign && wanted(c.name))
+        .collect();
+    let peers: Vec<&str> = foreign::peers_of(&foreign_rows).collect();
     let selected: Vec<&QemuConfig> = CONFIGS
         .iter()
-        .filter(|c| args.only.is_empty() || args.only.iter().any(|n| n == c.name))
+        .filter(|c| wanted(c.name) || peers.contains(&c.name))
+        .chain(
+            foreign::PEER_CONFIGS
+                .iter()
+                .filter(|c| (!args.no_foreign && wanted(c.name)) || peers.contains(&c.name)),
+        )
         .collect();
     let kvm = qemu::kvm_usable();
     let mut outcomes = run_all(&selected, &kernel, &kvm, &args, &log_dir);
@@ -143,8 +167,18 @@ fn main() -> ExitCode {
             peer.attach(o, c, &kvm, args.timeout, &log_dir);
         }
     }
+    outcomes.extend(foreign::run(
+        &root,
+        &foreign_rows,
+        &kvm,
+        args.timeout,
+        &log_dir,
+        |rows, run| parallel(rows, args.jobs, &|c| run(c)),
+    ));
+    let comparison = foreign::compare_with_peers(&mut outcomes);
 
-    let json = report::json(&outcomes);
+    let mut json = report::json(&outcomes);
+    json["foreign_peers"] = comparison.clone();
     let path = out_dir.join("results.json");
     match serde_json::to_string_pretty(&json) {
         Ok(text) => {
@@ -165,6 +199,9 @@ fn main() -> ExitCode {
     }
     print!("{}", linux_peer::table(&outcomes));
     print!("{}", report::table(&outcomes));
+    if !foreign_rows.is_empty() {
+        print!("{}", foreign::peer_table(&comparison));
+    }
     println!("results: {}", path.display());
     if outcomes.iter().all(|o| o.unexpected.is_empty()) {
         ExitCode::SUCCESS
@@ -182,25 +219,41 @@ fn run_all(
     args: &Args,
     log_dir: &Path,
 ) -> Vec<Outcome> {
-    let results: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; configs.len()]);
+    let cpuid_dir = log_dir.with_file_name("cpuid");
+    parallel(
+        configs,
+        args.jobs,
+        &|c: &&QemuConfig| match (c.accel, kvm) {
+            (Accel::Kvm, Err(why)) => Outcome::skipped(c.name, c.accel, why.clone()),
+            _ => qemu::run(
+                c,
+                kernel,
+                args.timeout,
+                &log_dir.join(format!("{}.log", c.name)),
+                &cpuid_dir.join(format!("{}.txt", c.name)),
+            ),
+        },
+    )
+}
+
+/// Runs `run` over `items`, `jobs` at a time, printing one progress line
+/// each; results in the order of `items`.
+fn parallel<T: Sync>(
+    items: &[T],
+    jobs: usize,
+    run: &(dyn Fn(&T) -> Outcome + Sync),
+) -> Vec<Outcome> {
+    let results: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; items.len()]);
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for _ in 0..args.jobs.max(1) {
+        for _ in 0..jobs.max(1) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(c) = configs.get(i) else { break };
-                let o = match (c.accel, kvm) {
-                    (Accel::Kvm, Err(why)) => Outcome::skipped(c.name, c.accel, why.clone()),
-                    _ => qemu::run(
-                        c,
-                        kernel,
-                        args.timeout,
-                        &log_dir.join(format!("{}.log", c.name)),
-                    ),
-                };
+                let Some(item) = items.get(i) else { break };
+                let o = run(item);
                 eprintln!(
                     "{:<15} {} ({:.1}s)",
-                    c.name,
+                    o.name,
                     if !o.ran {
                         "skipped"
                     } else if o.unexpected.is_empty() {

@@ -116,9 +116,31 @@ pub fn boot(
 }
 
 /// Boots `kernel` under `config` with `timeout_s`, writes the console log to
-/// `log`, and parses the result.
-pub fn run(config: &QemuConfig, kernel: &Path, timeout_s: u64, log: &Path) -> Outcome {
+/// `log` and the kernel's `CPUID` lines to `cpuid` (the simulator's QEMU
+/// profiles are checked against them), and parses the result.
+pub fn run(
+    config: &QemuConfig,
+    kernel: &Path,
+    timeout_s: u64,
+    log: &Path,
+    cpuid: &Path,
+) -> Outcome {
     let b = boot(config, kernel, &[], timeout_s, log);
+    let console = b.text.split(STDERR_MARKER).next().unwrap_or("");
+    let dump: String = console
+        .lines()
+        .filter(|l| l.starts_with("CPUID "))
+        .map(|l| format!("{}\n", l.trim_end()))
+        .collect();
+    if !dump.is_empty() {
+        let written = cpuid
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(cpuid, dump));
+        if let Err(e) = written {
+            eprintln!("cannot write {}: {e}", cpuid.display());
+        }
+    }
     Outcome::from_output(
         config.name,
         config.accel,

@@ -5,13 +5,16 @@
 //!
 //! * PVH note and 32-bit entry, identity map of the low 4 GiB with 2 MiB pages
 //!   (the top GiB uncached for MMIO), GDT, long mode, stack, `.bss` zeroing;
-//! * [`BootInfo`] from the PVH `hvm_start_info` (RSDP, command line, memory map);
+//! * [`BootInfo`] from the PVH `hvm_start_info` (RSDP, command line, memory
+//!   map, modules);
 //! * COM1 console with [`print!`]/[`println!`], [`exit_qemu`] through
 //!   `isa-debug-exit`, and a panic handler;
 //! * an IDT for vectors 0..31 whose #GP/#UD handler recovers [`try_rdmsr`] and
 //!   [`try_wrmsr`]; any other exception is reported and fails the run;
 //! * ring 3: [`ring3::init`], [`ring3::enter`] / [`ring3::resume`] run a
 //!   function of the image at CPL3 until its next system call or fault;
+//! * [`handoff::jump`]: a loader's jump into another kernel that inherits
+//!   these page tables;
 //! * SMP: [`smp::start_aps`] (INIT-SIPI-SIPI for the CPUs in the ACPI MADT),
 //!   per-CPU mailboxes ([`smp::run_on`], [`smp::post`]) and a one-load
 //!   [`smp::current_cpu`].
@@ -41,6 +44,7 @@ mod cpu;
 mod entry;
 mod exit;
 mod gdt;
+pub mod handoff;
 mod hw;
 mod idt;
 mod lapic;
@@ -63,7 +67,7 @@ pub use msr::{try_rdmsr, try_wrmsr};
 pub use panic::panic;
 pub use smp::current_cpu;
 pub use stack::{boot_stack_high_water, BOOT_STACK_SIZE};
-pub use start_info::{BootInfo, MemoryRegion, RsdpSource};
+pub use start_info::{BootInfo, MemoryRegion, Module, RsdpSource};
 
 /// Declares the kernel's entry function and (by default) its panic handler.
 ///

@@ -351,7 +351,8 @@ fn setup() -> Result<(), Ring3Error> {
     Ok(())
 }
 
-/// Splits the identity map's first 2 MiB page into 4 KiB pages — those of
+/// Makes the identity map's first 2 MiB 4 KiB pages (splitting a 2 MiB
+/// page, or editing the boot tables' page table) — those of
 /// `[image_start, image_end)` user-readable, read-only — and hangs the
 /// user region below PDPT entry 4.
 fn setup_paging(image_start: u64, image_end: u64) -> Result<(), Ring3Error> {
@@ -369,26 +370,45 @@ fn setup_paging(image_start: u64, image_end: u64) -> Result<(), Ring3Error> {
             return Err(Ring3Error::UnexpectedPaging);
         }
         let pd0 = (*pdpt & PTE_ADDR) as *mut u64;
-        let big = *pd0;
-        if big & (PTE_P | PTE_PS) != (PTE_P | PTE_PS) || big & PTE_ADDR != 0 {
+        let first = *pd0;
+        let image_page = |addr: u64| (image_start..image_end).contains(&addr);
+        if first & (PTE_P | PTE_PS) == (PTE_P | PTE_PS) {
+            // One 2 MiB page: split it into this crate's page table.
+            if first & PTE_ADDR != 0 {
+                return Err(Ring3Error::UnexpectedPaging);
+            }
+            let image = &mut *IMAGE_PT.0.get();
+            for (i, e) in image.iter_mut().enumerate() {
+                let addr = (i as u64) << 12;
+                let access = if image_page(addr) { PTE_US } else { PTE_RW };
+                *e = addr | PTE_P | access | (first & PTE_CACHE);
+            }
+            *pd0 = table_addr(&IMAGE_PT) | PTE_P | PTE_RW | PTE_US;
+        } else if first & PTE_P != 0 {
+            // Already 4 KiB pages (the boot tables map the first 2 MiB so,
+            // for kernels that map single pages there): edit them in place.
+            let pt = (first & PTE_ADDR) as *mut u64;
+            for i in 0..512 {
+                let addr = (i as u64) << 12;
+                if *pt.add(i) & (PTE_ADDR | PTE_P) != addr | PTE_P {
+                    return Err(Ring3Error::UnexpectedPaging);
+                }
+            }
+            for i in 0..512 {
+                let addr = (i as u64) << 12;
+                if image_page(addr) {
+                    *pt.add(i) = (*pt.add(i) & !PTE_RW) | PTE_US;
+                }
+            }
+            *pd0 |= PTE_US;
+        } else {
             return Err(Ring3Error::UnexpectedPaging);
-        }
-        let image = &mut *IMAGE_PT.0.get();
-        for (i, e) in image.iter_mut().enumerate() {
-            let addr = (i as u64) << 12;
-            let access = if (image_start..image_end).contains(&addr) {
-                PTE_US
-            } else {
-                PTE_RW
-            };
-            *e = addr | PTE_P | access | (big & PTE_CACHE);
         }
         (*USER_PD.0.get())[0] = table_addr(&USER_PT) | PTE_P | PTE_RW | PTE_US;
         // Upper levels allow user access; the leaves decide.
         *pml4 |= PTE_US;
         *pdpt |= PTE_US;
         *pdpt.add(4) = table_addr(&USER_PD) | PTE_P | PTE_RW | PTE_US;
-        *pd0 = table_addr(&IMAGE_PT) | PTE_P | PTE_RW | PTE_US;
         cpu::write_cr3(cpu::cr3());
     }
     Ok(())

@@ -16,6 +16,8 @@ const START_INFO_MAGIC: u32 = 0x336e_c578;
 const CMDLINE_MAX: usize = 4096;
 /// Most memory-map entries kept.
 const MEMMAP_MAX: usize = 64;
+/// Most modules kept (QEMU passes one: `-initrd`).
+const MODULES_MAX: usize = 4;
 
 /// Where [`BootInfo::rsdp_paddr`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +52,35 @@ impl MemoryRegion {
     }
 }
 
+/// One boot module (QEMU `-initrd FILE` is module 0), as the PVH
+/// `hvm_modlist_entry` describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// Physical start address.
+    pub paddr: u64,
+    /// Length in bytes.
+    pub size: u64,
+}
+
+impl Module {
+    /// The module's bytes, or `None` when they do not lie inside the
+    /// identity map (or the module is empty).
+    ///
+    /// # Safety
+    /// Nothing may write to the module's memory while the slice is alive.
+    /// clockhal-boot itself never does (the AP trampoline uses a page below
+    /// 640 KiB; QEMU loads modules at the top of low RAM).
+    pub unsafe fn bytes(&self) -> Option<&'static [u8]> {
+        let len = usize::try_from(self.size).ok()?;
+        if len == 0 || !phys::is_mapped(self.paddr, self.size) {
+            return None;
+        }
+        // SAFETY: mapped (checked), RAM that QEMU filled; the caller keeps it
+        // unchanged while the slice lives.
+        Some(unsafe { phys::bytes(self.paddr, len) })
+    }
+}
+
 /// What the kernel learns at boot. Passed to the `entry!` function and
 /// available later from [`crate::boot_info`].
 #[derive(Debug)]
@@ -72,6 +103,8 @@ pub struct BootInfo {
     /// Firmware memory map (up to 64 non-empty entries; empty before start
     /// info version 1).
     pub memory_map: &'static [MemoryRegion],
+    /// Boot modules (QEMU `-initrd`), up to 4.
+    pub modules: &'static [Module],
 }
 
 /// Write-once storage for the boot data (written by the boot CPU before the
@@ -81,6 +114,7 @@ struct Storage {
     info: UnsafeCell<MaybeUninit<BootInfo>>,
     cmdline: UnsafeCell<[u8; CMDLINE_MAX]>,
     memory_map: UnsafeCell<[MemoryRegion; MEMMAP_MAX]>,
+    modules: UnsafeCell<[Module; MODULES_MAX]>,
 }
 
 // SAFETY: the cells are written only by `init`, once, on the boot CPU before
@@ -98,6 +132,7 @@ static STORAGE: Storage = Storage {
             kind: 0,
         }; MEMMAP_MAX],
     ),
+    modules: UnsafeCell::new([Module { paddr: 0, size: 0 }; MODULES_MAX]),
 };
 
 /// The boot data, once [`init`] ran.
@@ -157,6 +192,16 @@ pub(crate) fn init(paddr: u64) -> &'static BootInfo {
         &[]
     };
 
+    let modules: &'static [Module] = if valid {
+        // SAFETY: `valid` implies the 56 bytes are mapped.
+        let count = unsafe { phys::read::<u32>(paddr + 12) } as usize;
+        // SAFETY: as for the command line buffer.
+        let buf = unsafe { &mut *STORAGE.modules.get() };
+        copy_modules(field_u64(16), count, buf)
+    } else {
+        &[]
+    };
+
     let info = BootInfo {
         start_info_paddr: paddr,
         start_info_valid: valid,
@@ -165,6 +210,7 @@ pub(crate) fn init(paddr: u64) -> &'static BootInfo {
         rsdp_source,
         cmdline,
         memory_map,
+        modules,
     };
     // SAFETY: as for the command line buffer; written exactly once.
     let info = unsafe { (*STORAGE.info.get()).write(info) };
@@ -225,4 +271,25 @@ fn copy_memory_map(
     }
     let buf: &'static [MemoryRegion; MEMMAP_MAX] = buf; // done writing
     &buf[..kept]
+}
+
+fn copy_modules(paddr: u64, count: usize, buf: &'static mut [Module; MODULES_MAX]) -> &'static [Module] {
+    // hvm_modlist_entry: paddr u64, size u64, cmdline_paddr u64, reserved u64.
+    const ENTRY_LEN: u64 = 32;
+    let count = count.min(MODULES_MAX);
+    if paddr == 0 || !phys::is_mapped(paddr, count as u64 * ENTRY_LEN) {
+        return &[];
+    }
+    for (i, slot) in buf.iter_mut().enumerate().take(count) {
+        let entry = paddr + i as u64 * ENTRY_LEN;
+        // SAFETY: the whole list is mapped (checked above) and is RAM.
+        *slot = unsafe {
+            Module {
+                paddr: phys::read(entry),
+                size: phys::read(entry + 8),
+            }
+        };
+    }
+    let buf: &'static [Module; MODULES_MAX] = buf; // done writing
+    &buf[..count]
 }

@@ -12,6 +12,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod cpuid_dump;
 mod cpus;
 mod table;
 mod userpage;
@@ -19,31 +20,12 @@ mod userprog;
 
 use clockhal::x86::paravirt::{PhysMapped, PvclockVcpuTimeInfo};
 use clockhal::x86::{Hardware, MmioRegion, OffsetMapping};
-use clockhal::{ClockSource, Platform, Policy, SourceId, Verdict};
+use clockhal::{Platform, Policy};
 use clockhal_boot::{println, smp, BootInfo};
+use clockhal_conformance::probed::{write_sources, ProbedSources, SOURCE_IDS};
 use clockhal_conformance::{line, Check, CheckResult, Config, Suite, Summary, Value};
-use core::fmt::Write;
 
 clockhal_boot::entry!(kmain);
-
-/// The sources the matrix knows, in report order.
-const IDS: [SourceId; 6] = [
-    SourceId::Kvmclock,
-    SourceId::HypervPage,
-    SourceId::HypervMsr,
-    SourceId::Tsc,
-    SourceId::Hpet,
-    SourceId::AcpiPm,
-];
-
-/// Preferred references for rate checks: fixed-rate devices independent of
-/// the TSC first.
-const REFERENCE_ORDER: [SourceId; 4] = [
-    SourceId::Hpet,
-    SourceId::AcpiPm,
-    SourceId::Tsc,
-    SourceId::Kvmclock,
-];
 
 /// One pvclock area per possible vCPU, 32-byte elements in one page.
 #[repr(C, align(4096))]
@@ -67,6 +49,7 @@ fn kmain(info: &'static BootInfo) -> ! {
     // SAFETY: we run at CPL0 on a clockhal-boot kernel (IDT with MSR-probe
     // recovery, GS-based CPU index), and clockhal may use the clock hardware.
     let hw = unsafe { clockhal_boot::BootHw::new() };
+    cpuid_dump::print(&hw);
     let sync = cpus::tsc_warp_test(hw, cpus);
     println!("kernel: TSC sync status {sync:?}");
 
@@ -125,6 +108,13 @@ fn kmain(info: &'static BootInfo) -> ! {
             }
         }
     }
+    // The first seconds of a kernel's life: the watchdog ticks (refining a
+    // loosely calibrated TSC rate, switching to it), as an OS's timer would.
+    // The SOURCE lines then report the clock's live verdicts.
+    let report = match &clock {
+        Some(clock) => settle(clock),
+        None => report,
+    };
     let report = &report;
     println!(
         "kernel: boot stack high-water {stack_before} bytes before probe, {} after probe and into_clock (of {})",
@@ -133,21 +123,9 @@ fn kmain(info: &'static BootInfo) -> ! {
     );
 
     // Every constructed backend is checked.
-    let mut sources: [Option<&dyn ClockSource>; 6] = [None; 6];
-    for (slot, id) in sources.iter_mut().zip(IDS) {
-        *slot = clock.as_ref().and_then(|c| c.source_of(id));
-    }
-    let mut list: [&dyn ClockSource; 6] = [&NONE; 6];
-    let mut n = 0;
-    for s in sources.iter().flatten() {
-        list[n] = *s;
-        n += 1;
-    }
-    let list = &list[..n];
-    let reference = REFERENCE_ORDER
-        .iter()
-        .find_map(|id| clock.as_ref().and_then(|c| c.source_of(*id)));
-    let selected = report.selected().map(|c| c.name);
+    let sources = ProbedSources::new(clock.as_ref());
+    let reference = sources.reference();
+    let selected = sources.selected();
 
     let Some(reference) = reference else {
         // Nothing to check (e.g. TCG microvm: no HPET, no PM timer, and no
@@ -155,7 +133,7 @@ fn kmain(info: &'static BootInfo) -> ! {
         // table says whether this is acceptable here.
         println!("kernel: no clock source was constructed");
         let _ = line::write_header(&mut clockhal_boot::serial::lock(), cpus, "none");
-        print_sources(report);
+        let _ = write_sources(&mut clockhal_boot::serial::lock(), report);
         let _ = line::write_summary(&mut clockhal_boot::serial::lock(), &Summary::default());
         clockhal_boot::exit_qemu(clockhal_boot::EXIT_SUCCESS);
     };
@@ -163,14 +141,16 @@ fn kmain(info: &'static BootInfo) -> ! {
 
     let cycles = || hw.rdtsc_ordered();
     let mut costs: [Option<u64>; 6] = [None; 6];
-    let mut summary = Suite::new(list, reference, &cycles)
+    let mut summary = Suite::new(sources.as_slice(), reference, &cycles)
         .config(Config::default())
         .cpus(&cpus::BootCpus)
         .selected(selected)
         .run(&mut |r: &CheckResult<'_>| {
             if r.check == Check::ReadCost {
                 if let (Some(i), Value::U64(c)) = (
-                    IDS.iter().position(|id| id.default_name() == r.source),
+                    SOURCE_IDS
+                        .iter()
+                        .position(|id| id.default_name() == r.source),
                     r.value,
                 ) {
                     costs[i] = Some(c);
@@ -188,7 +168,7 @@ fn kmain(info: &'static BootInfo) -> ! {
         summary.add(status);
     }
 
-    print_sources(report);
+    let _ = write_sources(&mut clockhal_boot::serial::lock(), report);
     let _ = table::write(&mut clockhal_boot::serial::lock(), report, &costs);
     let _ = line::write_summary(&mut clockhal_boot::serial::lock(), &summary);
     clockhal_boot::exit_qemu(if summary.ok() {
@@ -198,70 +178,21 @@ fn kmain(info: &'static BootInfo) -> ! {
     })
 }
 
-/// One `SOURCE` line per known source.
-fn print_sources(report: &clockhal::Report) {
-    let mut out = clockhal_boot::serial::lock();
-    for id in IDS {
-        let Some(c) = report.get(id) else {
-            let _ =
-                line::write_absent_source(&mut out, id.default_name(), format_args!("not probed"));
-            continue;
-        };
-        let mut reason = table::Text::new();
-        let _ = match c.verdict {
-            Verdict::Rejected(r) => {
-                let _ = line::write_absent_source(&mut out, c.name, format_args!("{r}"));
-                continue;
-            }
-            Verdict::Usable(_) => write!(
-                reason,
-                "usable{}{}",
-                if c.note == clockhal::Note::None {
-                    ""
-                } else {
-                    ": "
-                },
-                c.note
-            ),
-            Verdict::Demoted { reason: d, .. } => write!(reason, "demoted: {d}"),
-        };
-        let _ = line::write_present_source(
-            &mut out,
-            &line::PresentSource {
-                name: c.name,
-                quality: c.rating().map_or(0, |q| q.get()),
-                freq_hz: c.frequency().map_or(0, |f| f.hz_rounded()),
-                flags: c.stability(),
-                cost: c.read_cost().unwrap_or(clockhal::ReadCost::SeveralTraps),
-                selected: report.selected_id() == Some(id),
-                reason: reason.as_str(),
-            },
-        );
+/// Watchdog ticks every 250 ms for 2.5 s of clock time; prints what they
+/// did beyond a plain judgement, and returns the live report.
+fn settle(clock: &clockhal::Clock<clockhal_boot::BootHw>) -> clockhal::Report {
+    const TICKS: u32 = 10;
+    for i in 1..=TICKS {
+        clock.spin_for(clockhal::Duration::from_millis(250));
+        match clock.watchdog_tick() {
+            clockhal::WatchdogEvent::Judged { .. } => {}
+            e => println!("kernel: watchdog tick {i}: {e:?}"),
+        }
     }
+    let report = clock.report();
+    println!(
+        "kernel: after {TICKS} watchdog ticks: {} selected; choice: {report:#}",
+        clock.source_name()
+    );
+    report
 }
-
-/// Placeholder for unused slots of the source list (never read).
-struct NoSource;
-
-impl ClockSource for NoSource {
-    fn name(&self) -> &'static str {
-        "none"
-    }
-    fn read(&self) -> u64 {
-        0
-    }
-    fn frequency(&self) -> clockhal::Frequency {
-        clockhal::Frequency::from_hz(1).unwrap_or_else(|_| unreachable!())
-    }
-    fn quality(&self) -> clockhal::Quality {
-        clockhal::Quality::UNUSABLE
-    }
-    fn stability(&self) -> clockhal::Stability {
-        clockhal::Stability::empty()
-    }
-    fn read_cost(&self) -> clockhal::ReadCost {
-        clockhal::ReadCost::NoTrap
-    }
-}
-
-static NONE: NoSource = NoSource;

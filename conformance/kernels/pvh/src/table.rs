@@ -2,25 +2,25 @@
 //! why not, rating, frequency, flags, claimed and measured read cost,
 //! selection.
 
-use crate::IDS;
 use clockhal::{Report, Verdict};
+use clockhal_conformance::probed::SOURCE_IDS;
 use core::fmt::{self, Write};
 
 /// A small fixed-capacity text buffer (truncates).
-pub struct Text {
+struct Text {
     buf: [u8; 120],
     len: usize,
 }
 
 impl Text {
-    pub const fn new() -> Text {
+    const fn new() -> Text {
         Text {
             buf: [0; 120],
             len: 0,
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    fn as_str(&self) -> &str {
         core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
     }
 }
@@ -40,14 +40,15 @@ impl Write for Text {
     }
 }
 
-/// Writes the table; `costs[i]` is the measured median read cost of `IDS[i]`.
+/// Writes the table; `costs[i]` is the measured median read cost of
+/// `SOURCE_IDS[i]`.
 pub fn write(out: &mut dyn Write, report: &Report, costs: &[Option<u64>; 6]) -> fmt::Result {
     writeln!(
         out,
         "clock table:\n  {:<12} {:<9} {:>6} {:>14}  {:<32} {:<13} {:>12}  notes",
         "source", "state", "rating", "frequency Hz", "flags", "claimed cost", "cycles/read"
     )?;
-    for (id, cost) in IDS.iter().zip(costs) {
+    for (id, cost) in SOURCE_IDS.iter().zip(costs) {
         let Some(c) = report.get(*id) else { continue };
         let state = match c.verdict {
             _ if report.selected_id() == Some(*id) => "selected",

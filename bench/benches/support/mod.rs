@@ -1,4 +1,5 @@
-//! Helpers shared by the criterion benches in `bench/benches/`.
+//! Helpers shared by the criterion benches in `bench/benches/` (a module of
+//! each, so criterion stays a dev-dependency).
 
 use clockhal_x86::{Hardware, Native};
 use criterion::Criterion;

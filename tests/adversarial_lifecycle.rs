@@ -1,0 +1,208 @@
+//! A clock lifecycle a real kernel can follow (issue 13), against a
+//! hostile or merely surprising machine: probing twice, dropping a probe
+//! result, resume after a restore whose host timeline lies before the old
+//! one, S3 (registrations and devices reset), and a partition whose MSRs
+//! fault after the probe. Readers race where the OS would keep reading.
+#![cfg(all(
+    feature = "kvmclock",
+    feature = "hyperv",
+    feature = "tsc",
+    feature = "hpet",
+    feature = "acpi-pm"
+))]
+
+mod adversarial;
+
+use adversarial::{clock, leak, ms, platform, race};
+use clockhal::tsc::SyncStatus;
+use clockhal::x86::{Hardware, Msr};
+use clockhal::{Rejection, SourceId, Verdict};
+use clockhal_sim::{Answer, SimMachine};
+
+fn kvm_registered(m: &SimMachine, cpu: usize) -> bool {
+    m.with_kvm(|k, _| k.registered(cpu)).flatten().is_some()
+}
+
+fn hv_page_enabled(m: &SimMachine) -> bool {
+    m.with_hyperv(|h, _| h.reference_tsc_msr() & 1 != 0)
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_second_probe_is_refused_and_dropping_it_breaks_nothing() {
+    // Issue 13: probe early, probe again after SMP bring-up, drop one.
+    // The second is refused (the first owns the hardware); dropping it
+    // leaves the first's kvmclock registration and Hyper-V page alone.
+    for m in [leak(SimMachine::kvm()), leak(SimMachine::hyperv())] {
+        let (c, _) = clock(m);
+        race(&c, m, &[0], false, |readers| {
+            for _ in 0..3 {
+                let (p, _) = platform(m, 1, SyncStatus::SingleCpu);
+                let second = clockhal::probe(m, p);
+                let r = *second.report();
+                assert!(
+                    r.candidates()
+                        .all(|c| c.verdict == Verdict::Rejected(Rejection::HardwareOwned)),
+                    "{}",
+                    r.table()
+                );
+                assert!(second.into_clock().is_err());
+                readers.wait(100);
+                m.advance(ms(10));
+            }
+        });
+        if m.config().kvm.is_some() {
+            assert!(kvm_registered(m, 0));
+        }
+        if m.config().hyperv.is_some() {
+            assert!(hv_page_enabled(m));
+        }
+        let t0 = c.now();
+        m.advance(ms(10));
+        assert!(c.elapsed(t0).as_nanos() >= ms(10), "{}", c.source_name());
+        // Once the owner is gone, the hardware is free again.
+        drop(c);
+        if m.config().kvm.is_some() {
+            assert!(!kvm_registered(m, 0), "dropping the clock unregisters");
+        }
+        let (again, _) = clock(m);
+        assert!(again.now().as_nanos() < ms(10));
+    }
+}
+
+/// A restore onto a host whose timeline lies `back_ns` before the old
+/// one: every vCPU's area is rewritten from it.
+fn restore_kvm_timeline_back(m: &SimMachine, back_ns: i64) {
+    m.with_kvm(|k, ctx| {
+        k.set_system_time_skew(None, -back_ns);
+        k.update_all(ctx);
+    });
+}
+
+#[test]
+fn resume_after_kvmclock_went_back_10_s_keeps_now_advancing() {
+    // Issue 13: after a restore kvmclock legitimately goes back 10 s; the
+    // OS calls resume(). now() must go on from the last instant it
+    // returned (not stand still for 10 s), and measure right from there.
+    let m = leak(SimMachine::kvm());
+    let (c, _) = clock(m);
+    m.advance(ms(20_000));
+    for _ in 0..3 {
+        m.advance(ms(250));
+        c.watchdog_tick();
+    }
+    let before = c.now();
+    restore_kvm_timeline_back(m, 10_000_000_000);
+    c.resume().unwrap();
+    assert_eq!(c.source_id(), SourceId::Kvmclock, "{}", c.report());
+    let after = c.now();
+    assert!(after >= before);
+    assert!(after.duration_since(before).as_nanos() < ms(1));
+    race(&c, m, &[0], false, |readers| {
+        for _ in 0..8 {
+            readers.wait(100);
+            m.advance(ms(250));
+            c.watchdog_tick();
+        }
+    });
+    let (n0, t0) = (m.now_ns(), c.now());
+    m.advance(ms(100));
+    let d = c.elapsed(t0).as_nanos();
+    assert!(d + 10_000 >= m.now_ns() - n0 && d <= m.now_ns() - n0, "{d}");
+    assert_eq!(c.source_id(), SourceId::Kvmclock, "{}", c.report());
+}
+
+#[test]
+fn a_restore_the_os_did_not_announce_never_moves_now_back_or_freezes_it() {
+    // The same restore without resume(): the update is discontinuous, so
+    // it is continued on the old timeline and counted; time neither goes
+    // back nor stands still.
+    let m = leak(SimMachine::kvm());
+    let (c, _) = clock(m);
+    m.advance(ms(20_000));
+    race(&c, m, &[0], false, |readers| {
+        readers.wait(100);
+        restore_kvm_timeline_back(m, 10_000_000_000);
+        for _ in 0..8 {
+            readers.wait(100);
+            m.advance(ms(250));
+            c.watchdog_tick();
+        }
+    });
+    let t0 = c.now();
+    m.advance(ms(100));
+    assert!(c.elapsed(t0).as_nanos() >= ms(100));
+}
+
+#[test]
+fn resume_after_s3_reregisters_kvmclock_and_reenables_the_hpet() {
+    // S3: the vCPU's kvmclock MSR and the HPET's enable bit are back at
+    // their reset values, and the host timeline restarted.
+    let m = leak(SimMachine::kvm());
+    let (c, _) = clock(m);
+    m.advance(ms(5_000));
+    let before = c.now();
+    m.write_msr(Msr::KVM_SYSTEM_TIME_NEW, 0);
+    let region = m.hpet_region().unwrap();
+    m.mmio_write64(region, 0x10, 0);
+    restore_kvm_timeline_back(m, 4_000_000_000);
+    c.resume().unwrap();
+    assert!(kvm_registered(m, 0), "resume re-registers kvmclock");
+    assert_eq!(
+        m.with_hpet(|h, _| h.config_register() & 1),
+        Some(1),
+        "resume re-enables the HPET"
+    );
+    assert!(c.now() >= before);
+    race(&c, m, &[0], false, |readers| {
+        for _ in 0..6 {
+            readers.wait(100);
+            m.advance(ms(250));
+            c.watchdog_tick();
+        }
+    });
+    assert_eq!(c.source_id(), SourceId::Kvmclock, "{}", c.report());
+}
+
+#[test]
+fn resume_after_s3_reenables_the_hyperv_page() {
+    let m = leak(SimMachine::hyperv());
+    let (c, _) = clock(m);
+    m.advance(ms(5_000));
+    let before = c.now();
+    m.write_msr(Msr::HV_REFERENCE_TSC, 0);
+    assert!(!hv_page_enabled(m));
+    c.resume().unwrap();
+    assert!(hv_page_enabled(m), "resume re-enables the page");
+    assert!(c.now() >= before);
+    race(&c, m, &[0], false, |readers| {
+        for _ in 0..6 {
+            readers.wait(100);
+            m.advance(ms(250));
+            c.watchdog_tick();
+        }
+    });
+    assert_eq!(c.source_id(), SourceId::HypervPage, "{}", c.report());
+}
+
+#[test]
+fn a_partition_whose_time_ref_count_faults_after_the_probe_never_panics() {
+    // CPUID promised TIME_REF_COUNT; after the probe it raises #GP. Reads
+    // through the watchdog (the MSR is a member) and a forced MSR clock
+    // must get an error path, not a #GP in the guest.
+    let m = leak(SimMachine::hyperv());
+    let (c, _) = clock(m);
+    m.override_msr(Msr::HV_TIME_REF_COUNT, Some(Answer::Fault));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for _ in 0..4 {
+            m.advance(ms(250));
+            c.watchdog_tick();
+        }
+        c.force(SourceId::HypervMsr).unwrap();
+        let a = c.now();
+        m.advance(ms(10));
+        assert!(c.now() >= a);
+    }));
+    assert!(r.is_ok(), "a faulting MSR read reached the guest as #GP");
+    assert!(m.try_rdmsr(Msr::HV_TIME_REF_COUNT).is_none());
+}
