@@ -47,10 +47,7 @@ pub fn tsc_sync(hw: Native, cpus: &HermitCpus) -> SyncStatus {
             Ok(()) => *report = local,
             Err(e) => println!("hermit-app: TSC warp test with CPU {cpu} not run: {e}"),
         }
-        println!(
-            "hermit-app: TSC warp test CPU 0 <-> {cpu}: worst backward {} ticks, {} handoffs, completed={}",
-            report.worst_backward_ticks, report.handoffs, report.completed
-        );
+        println!("hermit-app: TSC warp test CPU 0 <-> {cpu}: {report}");
     }
     SyncStatus::from_reports(&reports)
 }
