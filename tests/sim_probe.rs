@@ -795,7 +795,7 @@ fn tsc_sync_found_after_probing_updates_rating_and_selection() {
     assert!(
         tsc.note
             .to_string()
-            .contains("2 CPUs and no warp-test result"),
+            .contains("2 CPUs and the warp test did not decide"),
         "{}",
         tsc.note
     );

@@ -101,6 +101,31 @@ impl TscMap {
         }
     }
 
+    /// How many ticks past `tsc0` the map stays at or below `ns_limit`
+    /// (rounded down; 0 if `apply(tsc0)` is already above it; `u64::MAX`
+    /// for a flat map): turns a nanosecond limit into a TSC window, so a
+    /// reader compares TSC values instead of waiting for the multiply.
+    ///
+    /// ```
+    /// use clockhal_core::{Frequency, Scale, TscMap};
+    /// let m = TscMap::through(&Scale::new(Frequency::from_hz(2_000_000_000).unwrap()), 1_000, 0);
+    /// assert_eq!(m.ticks_until(1_000, 1_000), 1_999); // 1 us at 2 GHz, less a tick of rounding
+    /// assert!(m.apply(1_000 + 2_000) <= 1_000);
+    /// assert_eq!(m.ticks_until(5_000, 1_000), 0);
+    /// ```
+    pub fn ticks_until(&self, tsc0: u64, ns_limit: u64) -> u64 {
+        let Some(dns) = ns_limit.checked_sub(self.apply(tsc0)) else {
+            return 0;
+        };
+        let slope = (self.int as u128) << 64 | self.frac as u128;
+        if slope == 0 {
+            return u64::MAX;
+        }
+        // Rounded down, and one tick less for the map's own rounding.
+        let d = ((dns as u128) << 64) / slope;
+        u64::try_from(d).unwrap_or(u64::MAX).saturating_sub(1)
+    }
+
     /// The same map shifted by `ns` (wrapping): `apply(t) + ns`.
     pub const fn offset_by(self, ns: u64) -> TscMap {
         TscMap {

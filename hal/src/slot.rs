@@ -30,9 +30,13 @@ pub struct SlotEntry {
     pub epoch: u32,
     /// TSC ticks to nanoseconds.
     pub map: TscMap,
+    /// The TSC value the map was validated at: readings of an earlier TSC
+    /// (a TSC that stepped back) are not served from the cache.
+    pub tsc: u64,
     /// Readings above this are not returned from the cache: the slow path
     /// decides about them (wrap-around of the map, an implausible jump, a
-    /// supervision deadline).
+    /// supervision deadline). Kept as a TSC window from `tsc` (see
+    /// [`TscMap::ticks_until`]).
     pub limit: u64,
 }
 
@@ -52,7 +56,7 @@ pub struct SlotEntry {
 /// let slot = MapSlot::new();
 /// assert!(slot.load().is_none()); // never filled
 /// let map = TscMap::through(&Scale::new(Frequency::from_hz(1_000_000_000).unwrap()), 0, 0);
-/// assert!(slot.store(&SlotEntry { tag: 2, epoch: 1, map, limit: u64::MAX }));
+/// assert!(slot.store(&SlotEntry { tag: 2, epoch: 1, map, tsc: 0, limit: u64::MAX }));
 /// let (seq, e) = slot.load().unwrap();
 /// let ns = e.map.apply(1_234);
 /// assert!(slot.unchanged(seq));
@@ -64,12 +68,14 @@ pub struct MapSlot {
     seq: AtomicU32,
     tag: AtomicU32,
     epoch: AtomicU32,
-    _reserved: AtomicU32,
-    int: AtomicU64,
+    /// The map's integer ns per tick (below 2^32: a TSC above 0.25 Hz).
+    int: AtomicU32,
     frac: AtomicU64,
     add_lo: AtomicU64,
     add_hi: AtomicU64,
-    limit: AtomicU64,
+    /// The TSC window the entry serves: `tsc0 ..= tsc0 + span`.
+    tsc0: AtomicU64,
+    span: AtomicU64,
     floor: AtomicU64,
 }
 
@@ -94,12 +100,12 @@ impl MapSlot {
             seq: AtomicU32::new(0),
             tag: AtomicU32::new(0),
             epoch: AtomicU32::new(0),
-            _reserved: AtomicU32::new(0),
-            int: AtomicU64::new(0),
+            int: AtomicU32::new(0),
             frac: AtomicU64::new(0),
             add_lo: AtomicU64::new(0),
             add_hi: AtomicU64::new(0),
-            limit: AtomicU64::new(0),
+            tsc0: AtomicU64::new(0),
+            span: AtomicU64::new(0),
             floor: AtomicU64::new(0),
         }
     }
@@ -115,13 +121,16 @@ impl MapSlot {
         }
         let r = Ordering::Relaxed;
         let add = (self.add_hi.load(r) as u128) << 64 | self.add_lo.load(r) as u128;
+        let map = TscMap::from_words(self.int.load(r) as u64, self.frac.load(r), add);
+        let tsc = self.tsc0.load(r);
         Some((
             seq,
             SlotEntry {
                 tag: self.tag.load(r),
                 epoch: self.epoch.load(r),
-                map: TscMap::from_words(self.int.load(r), self.frac.load(r), add),
-                limit: self.limit.load(r),
+                map,
+                tsc,
+                limit: map.apply(tsc.saturating_add(self.span.load(r))),
             },
         ))
     }
@@ -136,8 +145,15 @@ impl MapSlot {
     }
 
     /// Replaces the entry. `false`, changing nothing, when another writer is
-    /// active (the caller uses its value uncached; it never waits).
+    /// active (the caller uses its value uncached; it never waits), or when
+    /// the map's slope does not fit the slot (1 ns per tick or more beyond
+    /// 2^32: no TSC is that slow).
     pub fn store(&self, e: &SlotEntry) -> bool {
+        let (int, frac, add) = e.map.to_words();
+        let Ok(int) = u32::try_from(int) else {
+            return false;
+        };
+        let span = e.map.ticks_until(e.tsc, e.limit);
         let seq = self.seq.load(Ordering::Relaxed);
         if seq & 1 != 0
             || self
@@ -154,14 +170,14 @@ impl MapSlot {
         }
         fence(Ordering::Release);
         let r = Ordering::Relaxed;
-        let (int, frac, add) = e.map.to_words();
         self.tag.store(e.tag, r);
         self.epoch.store(e.epoch, r);
         self.int.store(int, r);
         self.frac.store(frac, r);
         self.add_lo.store(add as u64, r);
         self.add_hi.store((add >> 64) as u64, r);
-        self.limit.store(e.limit, r);
+        self.tsc0.store(e.tsc, r);
+        self.span.store(span, r);
         // Skip 0 ("never filled") when the counter wraps.
         let next = match seq.wrapping_add(2) {
             0 => 2,
@@ -178,6 +194,7 @@ impl MapSlot {
             tag: 0,
             epoch: 0,
             map: TscMap::from_words(0, 0, 0),
+            tsc: 0,
             limit: 0,
         })
     }
@@ -197,20 +214,27 @@ impl MapSlot {
         }
         let t = tsc();
         let r = Ordering::Relaxed;
-        let (e_tag, e_epoch) = (slot.tag.load(r), slot.epoch.load(r));
+        // Checks first, map after: fewer values live at once (no spills on
+        // the multiply's path); all loads still precede the re-check.
+        let e_epoch = slot.epoch.load(r);
+        if e_epoch & !SlotEntry::ORDERED != epoch
+            || t.wrapping_sub(slot.tsc0.load(r)) > slot.span.load(r)
+            || tag()? != slot.tag.load(r)
+        {
+            return None;
+        }
+        // The window check is on the TSC itself (one subtract, off the
+        // multiply's path): a TSC before the validation point or past the
+        // limit goes to the slow path.
         let map = TscMap::from_words(
-            slot.int.load(r),
+            slot.int.load(r) as u64,
             slot.frac.load(r),
             (slot.add_hi.load(r) as u128) << 64 | slot.add_lo.load(r) as u128,
         );
-        let limit = slot.limit.load(r);
-        if !slot.unchanged(seq) || e_epoch & !SlotEntry::ORDERED != epoch || tag()? != e_tag {
+        if !slot.unchanged(seq) {
             return None;
         }
         let ns = map.apply(t);
-        if ns > limit {
-            return None;
-        }
         Some(CachedRead {
             ns,
             ordered: e_epoch & SlotEntry::ORDERED != 0,
@@ -468,6 +492,7 @@ mod tests {
             tag,
             epoch: 1,
             map: TscMap::through(&s, 0, ns0),
+            tsc: 0,
             limit: u64::MAX,
         }
     }
@@ -478,7 +503,13 @@ mod tests {
         assert!(s.load().is_none());
         assert!(s.store(&entry(4, 10)));
         let (seq, e) = s.load().unwrap();
-        assert_eq!(e, entry(4, 10));
+        let want = entry(4, 10);
+        assert_eq!(
+            (e.tag, e.epoch, e.map, e.tsc),
+            (want.tag, want.epoch, want.map, want.tsc)
+        );
+        // The limit is kept as a TSC window: at most the one given.
+        assert!(e.limit <= want.limit && e.limit > want.limit - 2_000_000_000);
         assert!(s.unchanged(seq));
         assert!(s.store(&entry(6, 20)));
         assert!(!s.unchanged(seq));
@@ -519,7 +550,10 @@ mod tests {
         for _ in 0..reads {
             if let Some((seq, e)) = slot.load() {
                 if slot.unchanged(seq) {
-                    assert!(e == a || e == b, "torn: {e:?}");
+                    let whole = |x: &SlotEntry| {
+                        (x.tag, x.epoch, x.map, x.tsc) == (e.tag, e.epoch, e.map, e.tsc)
+                    };
+                    assert!(whole(&a) || whole(&b), "torn: {e:?}");
                     ok += 1;
                 }
             }

@@ -138,6 +138,7 @@ impl<H: Hardware + Clone> Clock<H> {
                         tag: now.tag,
                         epoch: (st << 1) | ordered_bit,
                         map,
+                        tsc: now.tsc,
                         limit,
                     });
                 }

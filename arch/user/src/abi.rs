@@ -6,7 +6,7 @@
 //! version (new fields go after [`V1_SIZE`]; `size` says how far a page
 //! fills them in).
 
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use crate::sync::{AtomicU32, AtomicU64};
 
 /// `magic`: "CHPG" in memory order.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"CHPG");
@@ -137,6 +137,7 @@ pub struct ClockPage {
     pub reserved: [AtomicU64; 500],
 }
 
+#[cfg(not(loom))]
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
     assert!(size_of::<ClockPage>() == PAGE_SIZE);
@@ -163,9 +164,10 @@ const _: () = {
 };
 
 impl ClockPage {
+    crate::__clockhal_const_fn! {
     /// A zeroed page: no header, mode "ask the kernel, not published".
     /// Every all-zero 4 KiB frame is a valid `ClockPage` too.
-    pub const fn new() -> ClockPage {
+    pub fn new() -> ClockPage {
         ClockPage {
             magic: AtomicU32::new(0),
             version: AtomicU32::new(0),
@@ -185,8 +187,9 @@ impl ClockPage {
             pvclock_page: AtomicU32::new(0),
             pvclock_areas: AtomicU32::new(0),
             hyperv_page: AtomicU32::new(0),
-            reserved: [const { AtomicU64::new(0) }; 500],
+            reserved: crate::__clockhal_array![AtomicU64::new(0); 500],
         }
+    }
     }
 }
 

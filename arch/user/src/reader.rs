@@ -9,10 +9,10 @@ use crate::abi::{
 use crate::paravirt::{
     hv_units, pvclock_ns, HvReferenceTscPage, PageFault, PvclockVcpuTimeInfo, HV_NS_PER_UNIT,
 };
+use crate::sync::{fence, Ordering};
 use crate::tsc::load_after;
 use crate::TscRead;
 use core::fmt;
-use core::sync::atomic::{fence, Ordering};
 
 /// How many times a read samples a clock page whose sequence is odd or
 /// changes under it before answering [`AskKernel::Busy`]. A publication

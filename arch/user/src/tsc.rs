@@ -6,8 +6,8 @@
 //! #GP: the OS ends the process, a crash but never undefined behaviour; an
 //! OS that sets TSD must not publish TSC-based states).
 
+use crate::sync::{AtomicU32, Ordering};
 use core::arch::asm;
-use core::sync::atomic::{AtomicU32, Ordering};
 
 /// How a TSC read is ordered after the loads before it (the clock page
 /// names it, the kernel picks it the way `clockhal_x86::Native` does).
@@ -104,6 +104,16 @@ impl TscRead {
 /// `xor r, r` — CPUs do not treat as dependency-breaking), so it cannot run
 /// before the instruction that produced `after`. The seqlocks use it to
 /// re-check their sequence after the TSC read without a fence.
+#[cfg(loom)]
+#[inline(always)]
+pub(crate) fn load_after(cell: &AtomicU32, after: u64) -> u32 {
+    // The models check the atomics' ordering, not the CPU's: a plain load.
+    let _ = after;
+    cell.load(Ordering::Relaxed)
+}
+
+/// See above.
+#[cfg(not(loom))]
 #[inline(always)]
 pub(crate) fn load_after(cell: &AtomicU32, after: u64) -> u32 {
     let mut addr = cell as *const AtomicU32;

@@ -6,9 +6,9 @@ use crate::abi::{
 };
 use crate::paravirt::{HvReferenceTscPage, PvclockVcpuTimeInfo};
 use crate::reader::{PageError, UserClock};
+use crate::sync::{fence, Ordering};
 use crate::TscRead;
 use core::fmt;
-use core::sync::atomic::{fence, Ordering};
 
 /// What the page should map user reads onto.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

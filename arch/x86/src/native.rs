@@ -1,10 +1,9 @@
 //! The real instructions.
 
 use crate::{CpuidResult, Hardware, MmioRegion, Msr};
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// How `rdtsc_ordered` fences: set once by [`Native::new`].
-static FENCE: AtomicU8 = AtomicU8::new(FENCE_LFENCE);
 const FENCE_LFENCE: u8 = 0;
 const FENCE_MFENCE: u8 = 1;
 const FENCE_RDTSCP: u8 = 2;
@@ -37,6 +36,9 @@ pub struct Native {
     cpu: CpuIndex,
     /// A user-space token: MSRs and ports are never touched.
     user: bool,
+    /// How `rdtsc_ordered` orders the read, chosen once at construction
+    /// (a field, not a global: the read waits for no extra load).
+    fence: u8,
 }
 
 /// How [`Native`] learns the calling CPU.
@@ -85,6 +87,7 @@ impl Native {
         let n = Native {
             cpu: CpuIndex::Unknown,
             user: false,
+            fence: FENCE_LFENCE,
         };
         let v = n.cpuid(0, 0);
         // "AuthenticAMD" / "HygonGenuine": EBX starts "Auth" / "Hygo".
@@ -96,8 +99,7 @@ impl Native {
         } else {
             FENCE_LFENCE
         };
-        FENCE.store(fence, Ordering::Relaxed);
-        n
+        Native { fence, ..n }
     }
 
     /// The token for a hosted (user-space) process: std only.
@@ -160,7 +162,7 @@ impl Hardware for Native {
     #[inline(always)]
     fn rdtsc_ordered(&self) -> u64 {
         let (lo, hi): (u32, u32);
-        let fence = FENCE.load(Ordering::Relaxed);
+        let fence = self.fence;
         if fence == FENCE_RDTSCP {
             // SAFETY: rdtscp touches no memory; allowed at CPL0 (and in user
             // space), and only chosen when CPUID reports it. No `nomem`:

@@ -224,6 +224,7 @@ impl<H: Hardware> HypervPageClock<H> {
             tag: page.get().sequence.load(Relaxed),
             epoch: 2,
             map: probe_map,
+            tsc: 0,
             limit: 0,
         });
         Ok(HypervPageClock {
@@ -336,6 +337,7 @@ impl<H: Hardware> HypervPageClock<H> {
             tag: s.sequence,
             epoch: epoch | if ordered { SlotEntry::ORDERED } else { 0 },
             map,
+            tsc: s.tsc,
             limit: map.apply(s.tsc).saturating_add(REVALIDATE_NS),
         });
         Ok(PageMap {
@@ -368,6 +370,7 @@ impl<H: Hardware> HypervPageClock<H> {
             tag: sequence,
             epoch: self.epoch.load(Acquire),
             map,
+            tsc: 0,
             limit: 0,
         });
     }

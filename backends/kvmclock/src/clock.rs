@@ -268,6 +268,7 @@ impl<H: Hardware> Kvmclock<H> {
             tag: first.version,
             epoch: 2,
             map: probe_map,
+            tsc: 0,
             limit: 0,
         });
         Ok(Kvmclock {
@@ -529,6 +530,7 @@ impl<H: Hardware> Kvmclock<H> {
             tag: s.version,
             epoch: epoch | if ordered { ORDERED } else { 0 },
             map,
+            tsc: s.tsc,
             limit: now.saturating_add(REVALIDATE_NS),
         });
         Ok(AreaMap {
@@ -554,6 +556,7 @@ impl<H: Hardware> Kvmclock<H> {
             tag: version,
             epoch: self.epoch.load(Acquire),
             map,
+            tsc: 0,
             limit: 0,
         });
     }

@@ -65,7 +65,7 @@ impl fmt::Display for Unusable {
                 worst_backward_ticks,
             } => write!(f, "out of step across CPUs ({worst_backward_ticks} ticks)"),
             Unusable::SyncUnknown { cpus } => {
-                write!(f, "{cpus} CPUs and no warp-test result")
+                write!(f, "{cpus} CPUs and the warp test did not decide")
             }
             Unusable::NoRealRate => f.write_str("no real rate (only CPUID 0x16's MHz)"),
             Unusable::NotInvariantRateUncertain { uncertainty_ppm } => write!(

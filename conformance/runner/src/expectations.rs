@@ -148,10 +148,10 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-q35-smp2", "kvmclock", Absent, TCG_NO_KVMCLOCK),
     row("tcg-q35-smp2", "hyperv-page", Absent, NO_HV),
     row("tcg-q35-smp2", "hyperv-msr", Absent, NO_HV),
-    row("tcg-q35-smp2", "tsc", Present, "two vCPUs (MTTCG: one host thread each): the warp test proves the TSCs in step (within ~200-450 ticks, limit ~4,600) when the host runs both vCPU threads at once, and the supervised TSC (290) is then selected over the HPET; when the host makes them take turns on one core, readings cross once per context switch (~45,000 ticks) and it says Unknown (-100, not selected). Linux picks hpet either way: TCG's CPU is AuthenticAMD without constant_tsc, so Linux deems the TSCs unsynchronized without a warp test"),
+    row("tcg-q35-smp2", "tsc", Selected, "two vCPUs on one TCG thread (thread=single): the warp test proves the TSCs in step (within ~600 ticks, limit ~4,450) and the supervised TSC (290) is selected over the HPET. (With one host thread per vCPU it decides only when the host runs both at once.) Linux picks hpet: TCG's CPU is AuthenticAMD without constant_tsc, so Linux deems the TSCs unsynchronized without a warp test"),
     row("tcg-q35-smp2", "tsc", UserPagePass, USER_TSC),
     row("tcg-q35-smp2", "tsc", CrossCpuPass, SMP),
-    row("tcg-q35-smp2", "hpet", Selected, "the TSC is not proven in step across the vCPUs: the HPET (250) outranks the PM timer (150)"),
+    row("tcg-q35-smp2", "hpet", Present, HPET_TCG),
     row("tcg-q35-smp2", "hpet", CrossCpuPass, SMP),
     row("tcg-q35-smp2", "acpi-pm", CrossCpuPass, SMP),
     // ---- KVM q35 -------------------------------------------------------

@@ -83,7 +83,7 @@ pub fn boot(
         &timeout_s.to_string(),
         "qemu-system-x86_64",
     ])
-    .args(["-accel", config.accel.name()])
+    .args(accel_args(config.accel, config.args))
     .args(config.args)
     .args(COMMON_ARGS)
     .arg("-kernel")
@@ -149,4 +149,14 @@ pub fn run(
         &b.text,
         log.display().to_string(),
     )
+}
+
+/// `-accel <name>`, unless the configuration's own arguments choose the
+/// accelerator's options (`-accel tcg,thread=single`).
+pub fn accel_args(accel: crate::Accel, args: &[&str]) -> Vec<&'static str> {
+    if args.contains(&"-accel") {
+        Vec::new()
+    } else {
+        vec!["-accel", accel.name()]
+    }
 }
