@@ -5,7 +5,7 @@
 //! - **Never a leaf above a range's maximum**: a decoder reads leaf 0, 1
 //!   and 0x80000000 freely; another basic leaf only up to CPUID.0:EAX, an
 //!   extended one only up to CPUID.80000000:EAX; hypervisor leaves only when
-//!   CPUID.1:ECX[31] says a hypervisor is present, and within a range only
+//!   CPUID.1:ECX bit 31 says a hypervisor is present, and within a range only
 //!   the base (the signature scan) and leaves up to the range's maximum
 //!   (its base's EAX capped at base + 0xFF; base + 1 when EAX is below the
 //!   base, old KVM).
