@@ -102,7 +102,7 @@
 //!
 //! | feature | default | what |
 //! |---|---|---|
-//! | `kvmclock`, `hyperv`, `tsc`, `hpet`, `acpi-pm` | yes | the backends (re-exported as [`kvmclock`], [`hyperv`], ...); a disabled one is listed as rejected, "feature disabled" |
+//! | `kvmclock`, `hyperv`, `tsc`, `hpet`, `acpi-pm`, `pit` | yes | the backends (re-exported as [`kvmclock`], [`hyperv`], ...); a disabled one is listed as rejected, "feature disabled" |
 //! | `defmt` | no | `defmt::Format` for every public type (core and arch too) |
 //! | `embedded-time` | no | [`Clock`] implements `embedded_time::Clock` (nanoseconds, `u64`) |
 //! | `std` | no | hosted mode for Linux user space ([`hosted`]) |

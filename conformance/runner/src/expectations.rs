@@ -296,6 +296,10 @@ pub const PEER_EXPECTATIONS: &[PeerRow] = &[
         under TCG get tsc-early marked unstable, leaving acpi_pm", None),
     peer("tcg-microvm", "tsc", "tsc 300 is the only clocksource (no HPET, no PM timer); its rate comes from \
         PIT calibration and no watchdog can check it", None),
+    // The extra PVH peers of the foreign rows (foreign::PEER_CONFIGS).
+    peer("tcg-pc-max", "tsc", L_TSC_TCG, None),
+    peer("tcg-microvm-io1", "tsc", "as tcg-microvm (one I/O APIC): the TSC from PIT calibration is \
+        the only clocksource", None),
     peer("tcg-q35-smp2", "hpet", "two CPUs and a non-Intel TSC (TCG's max CPU is AuthenticAMD) without \
         constant_tsc: Linux deems the TSCs unsynchronized and marks the TSC unstable at boot \
         (arch/x86/kernel/tsc.c unsynchronized_tsc); hpet 250 wins", None),
@@ -348,7 +352,7 @@ mod tests {
 
     #[test]
     fn every_config_has_one_peer_row_with_a_known_linux_pick() {
-        for c in CONFIGS {
+        for c in CONFIGS.iter().chain(crate::foreign::PEER_CONFIGS) {
             let rows = PEER_EXPECTATIONS
                 .iter()
                 .filter(|r| r.config == c.name)
@@ -356,7 +360,13 @@ mod tests {
             assert_eq!(rows, 1, "{}", c.name);
         }
         for r in PEER_EXPECTATIONS {
-            assert!(CONFIGS.iter().any(|c| c.name == r.config), "{r:?}");
+            assert!(
+                CONFIGS
+                    .iter()
+                    .chain(crate::foreign::PEER_CONFIGS)
+                    .any(|c| c.name == r.config),
+                "{r:?}"
+            );
             assert!(
                 crate::linux_peer::rule::linux_class(r.linux_rule.pick).is_some(),
                 "{r:?}"
