@@ -187,6 +187,27 @@ impl MapSlot {
         true
     }
 
+    /// The entry's map if the slot holds one of `epoch` (read consistently),
+    /// for a slot used as a shared "last accepted parameters" record.
+    pub fn map_of_epoch(&self, epoch: u32) -> Option<TscMap> {
+        match self.load() {
+            Some((seq, e)) if e.epoch == epoch && self.unchanged(seq) => Some(e.map),
+            _ => None,
+        }
+    }
+
+    /// Records `map` (for the source's token `tag`) under `epoch`, for
+    /// [`map_of_epoch`](Self::map_of_epoch). `false` if a writer was active.
+    pub fn store_map(&self, tag: u32, epoch: u32, map: TscMap) -> bool {
+        self.store(&SlotEntry {
+            tag,
+            epoch,
+            map,
+            tsc: 0,
+            limit: 0,
+        })
+    }
+
     /// Makes the next [`load`](Self::load) return an entry with epoch 0
     /// (which matches no live owner). `false` if a writer was active.
     pub fn invalidate(&self) -> bool {

@@ -315,6 +315,67 @@ pub enum PageFault {
     HvBusy,
 }
 
+/// One consistent copy of a pvclock area and a TSC value read inside its
+/// seqlock window ([`PvclockVcpuTimeInfo::try_sample`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PvclockSample {
+    /// The (even) version the copy was read under.
+    pub version: u32,
+    /// TSC value at `system_time`.
+    pub tsc_timestamp: u64,
+    /// Nanoseconds at `tsc_timestamp`.
+    pub system_time: u64,
+    /// 32.32 multiplier.
+    pub mul: u32,
+    /// Pre-shift.
+    pub shift: i8,
+    /// Flags.
+    pub flags: u8,
+    /// The TSC value read inside the window.
+    pub tsc: u64,
+}
+
+impl PvclockVcpuTimeInfo {
+    /// One seqlock attempt: `None` if the version was odd or changed.
+    /// `rdtsc` runs between the two version loads (an ordered read, so it
+    /// cannot run before the first); the re-check's address depends on
+    /// the TSC value, so it cannot run before the TSC read either. Relaxed
+    /// loads and explicit fences: the area may be a read-only mapping (a
+    /// vDSO page), where Rust only guarantees relaxed loads.
+    #[inline(always)]
+    pub fn try_sample(&self, rdtsc: &mut impl FnMut() -> u64) -> Option<PvclockSample> {
+        use Ordering::{Acquire, Relaxed};
+        let version = self.version.load(Relaxed);
+        fence(Acquire);
+        if version & 1 != 0 {
+            return None;
+        }
+        let tsc_timestamp = self.tsc_timestamp.load(Relaxed);
+        let system_time = self.system_time.load(Relaxed);
+        let mul = self.tsc_to_system_mul.load(Relaxed);
+        let shift = self.tsc_shift.load(Relaxed);
+        let flags = self.flags.load(Relaxed);
+        let tsc = rdtsc();
+        // Field loads above must complete before the version re-check.
+        // (`clockhal_loom_mutant`: the fence removed; the loom models must
+        // then find a torn read.)
+        #[cfg(not(clockhal_loom_mutant))]
+        fence(Acquire);
+        if load_after(&self.version, tsc) != version {
+            return None;
+        }
+        Some(PvclockSample {
+            version,
+            tsc_timestamp,
+            system_time,
+            mul,
+            shift,
+            flags,
+            tsc,
+        })
+    }
+}
+
 /// Host nanoseconds from a pvclock area, requiring the stable flag: the
 /// seqlock read (bounded), the checks of the kernel's read path, exact
 /// scaling. `rdtsc` runs between the version loads and must be ordered.
@@ -326,35 +387,82 @@ pub(crate) fn pvclock_ns(
     area: &PvclockVcpuTimeInfo,
     rdtsc: &mut impl FnMut() -> u64,
 ) -> Result<u64, PageFault> {
-    use Ordering::{Acquire, Relaxed};
     for _ in 0..PAGE_READ_ATTEMPTS {
-        let version = area.version.load(Relaxed);
-        fence(Acquire);
-        if version & 1 == 0 {
-            let tsc_timestamp = area.tsc_timestamp.load(Relaxed);
-            let system_time = area.system_time.load(Relaxed);
-            let mul = area.tsc_to_system_mul.load(Relaxed);
-            let shift = area.tsc_shift.load(Relaxed);
-            let flags = area.flags.load(Relaxed);
-            let tsc = rdtsc();
-            fence(Acquire);
-            if load_after(&area.version, tsc) == version {
-                if mul == 0 {
-                    return Err(PageFault::PvclockNotWritten);
-                }
-                if !pvclock_params_valid(mul, shift) {
-                    return Err(PageFault::PvclockShiftOutOfRange(shift));
-                }
-                if flags & PVCLOCK_TSC_STABLE_BIT == 0 {
-                    return Err(PageFault::PvclockNotStable);
-                }
-                let delta = tsc.saturating_sub(tsc_timestamp);
-                return Ok(system_time.saturating_add(pvclock_scale_delta(delta, mul, shift)));
+        if let Some(s) = area.try_sample(rdtsc) {
+            if s.mul == 0 {
+                return Err(PageFault::PvclockNotWritten);
             }
+            if !pvclock_params_valid(s.mul, s.shift) {
+                return Err(PageFault::PvclockShiftOutOfRange(s.shift));
+            }
+            if s.flags & PVCLOCK_TSC_STABLE_BIT == 0 {
+                return Err(PageFault::PvclockNotStable);
+            }
+            let delta = s.tsc.saturating_sub(s.tsc_timestamp);
+            return Ok(s
+                .system_time
+                .saturating_add(pvclock_scale_delta(delta, s.mul, s.shift)));
         }
         core::hint::spin_loop();
     }
     Err(PageFault::PvclockBusy)
+}
+
+/// One consistent copy of a Hyper-V reference page and a TSC value read
+/// inside its window ([`HvReferenceTscPage::try_sample`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HvSample {
+    /// The (valid) sequence the copy was read under.
+    pub sequence: u32,
+    /// 64.64 scale.
+    pub scale: u64,
+    /// Offset, 100 ns units.
+    pub offset: i64,
+    /// The TSC value read inside the window.
+    pub tsc: u64,
+}
+
+/// What one seqlock attempt on a Hyper-V page found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HvAttempt {
+    /// A consistent copy.
+    Value(HvSample),
+    /// The page holds no usable value (sequence 0 or `0xFFFFFFFF`).
+    Invalid,
+    /// The sequence changed while reading: try again.
+    Changed,
+}
+
+impl HvReferenceTscPage {
+    /// One seqlock attempt; `rdtsc` (ordered) runs between the two
+    /// sequence loads, and the re-check's address depends on its value.
+    /// Relaxed loads and explicit fences: the page may be mapped read-only
+    /// (a user-space reader), where Rust only guarantees relaxed loads.
+    #[inline(always)]
+    pub fn try_sample(&self, rdtsc: &mut impl FnMut() -> u64) -> HvAttempt {
+        use Ordering::{Acquire, Relaxed};
+        let sequence = self.sequence.load(Relaxed);
+        fence(Acquire);
+        if !hv_sequence_valid(sequence) {
+            return HvAttempt::Invalid;
+        }
+        let scale = self.scale.load(Relaxed);
+        let offset = self.offset.load(Relaxed);
+        let tsc = rdtsc();
+        // The field loads complete before the sequence re-check
+        // (`clockhal_loom_mutant`: removed; the loom models must then fail).
+        #[cfg(not(clockhal_loom_mutant))]
+        fence(Acquire);
+        if load_after(&self.sequence, tsc) != sequence {
+            return HvAttempt::Changed;
+        }
+        HvAttempt::Value(HvSample {
+            sequence,
+            scale,
+            offset,
+            tsc,
+        })
+    }
 }
 
 /// Hyper-V reference time (100 ns units) from a reference TSC page: the
@@ -364,24 +472,13 @@ pub(crate) fn hv_units(
     page: &HvReferenceTscPage,
     rdtsc: &mut impl FnMut() -> u64,
 ) -> Result<u64, PageFault> {
-    use Ordering::{Acquire, Relaxed};
     for _ in 0..PAGE_READ_ATTEMPTS {
-        let sequence = page.sequence.load(Relaxed);
-        fence(Acquire);
-        if !hv_sequence_valid(sequence) {
-            return Err(PageFault::HvInvalidSequence);
+        match page.try_sample(rdtsc) {
+            HvAttempt::Invalid => return Err(PageFault::HvInvalidSequence),
+            HvAttempt::Value(s) if !hv_scale_valid(s.scale) => return Err(PageFault::HvZeroScale),
+            HvAttempt::Value(s) => return Ok(hv_scale_tsc(s.tsc, s.scale, s.offset)),
+            HvAttempt::Changed => core::hint::spin_loop(),
         }
-        let scale = page.scale.load(Relaxed);
-        let offset = page.offset.load(Relaxed);
-        let tsc = rdtsc();
-        fence(Acquire);
-        if load_after(&page.sequence, tsc) == sequence {
-            if !hv_scale_valid(scale) {
-                return Err(PageFault::HvZeroScale);
-            }
-            return Ok(hv_scale_tsc(tsc, scale, offset));
-        }
-        core::hint::spin_loop();
     }
     Err(PageFault::HvBusy)
 }

@@ -21,8 +21,9 @@ use crate::sync::{array, const_fn, AtomicU32};
 // Layouts and guest-side arithmetic: one copy, shared with user programs.
 pub use clockhal_user::paravirt::{
     hv_scale_tsc, hv_scale_valid, hv_sequence_valid, hv_tsc_hz_from_scale, pvclock_params_valid,
-    pvclock_scale_delta, pvclock_tsc_hz_ratio, HvReferenceTscPage, PvclockVcpuTimeInfo,
-    HV_NS_PER_UNIT, HV_REFERENCE_HZ, PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
+    pvclock_scale_delta, pvclock_tsc_hz_ratio, HvAttempt, HvReferenceTscPage, HvSample,
+    PvclockSample, PvclockVcpuTimeInfo, HV_NS_PER_UNIT, HV_REFERENCE_HZ, PVCLOCK_GUEST_STOPPED,
+    PVCLOCK_TSC_STABLE_BIT,
 };
 pub use scale::{hv_next_sequence, hv_reference_scale, pvclock_time_scale};
 

@@ -1,7 +1,7 @@
 //! The reference TSC page: decoding it, and the "hyperv-page" clock.
 
 use crate::sync::{
-    fence, AtomicBool, AtomicU32, AtomicU64,
+    AtomicBool, AtomicU32, AtomicU64,
     Ordering::{AcqRel, Acquire, Relaxed},
 };
 use crate::{HypervMsrClock, PageError};
@@ -10,7 +10,7 @@ use clockhal_core::{
     SlotEntry, SlotSet, Stability, TscMap, UpdateBounds, UpdateVerdict,
 };
 use clockhal_x86::paravirt::{
-    hv_disable_reference_tsc, hv_scale_tsc, hv_sequence_valid, HvReferenceTscPage, PhysMapped,
+    hv_disable_reference_tsc, hv_scale_tsc, HvAttempt, HvReferenceTscPage, HvSample, PhysMapped,
 };
 use clockhal_x86::Hardware;
 
@@ -41,63 +41,21 @@ const NS_RATE: Frequency = match Frequency::from_hz(1_000_000_000) {
     Err(_) => panic!("1 GHz is a valid rate"),
 };
 
-/// One consistent copy of the page and a TSC value read inside its window.
-#[derive(Clone, Copy, Debug)]
-struct Sample {
-    sequence: u32,
-    scale: u64,
-    offset: i64,
-    tsc: u64,
-}
-
-/// One sampling attempt of the page.
-enum Attempt {
-    Value(Sample),
-    /// The page holds no usable value (sequence invalid).
-    Invalid,
-    /// The sequence changed while reading: try again.
-    Changed,
-}
-
-/// One seqlock attempt; `rdtsc` runs between the two sequence loads.
-/// Relaxed loads and explicit fences: the page may be mapped read-only
-/// (a user-space reader), where Rust only guarantees relaxed loads.
-#[inline(always)]
-fn try_sample(page: &HvReferenceTscPage, rdtsc: &mut impl FnMut() -> u64) -> Attempt {
-    let sequence = page.sequence.load(Relaxed);
-    fence(Acquire);
-    if !hv_sequence_valid(sequence) {
-        return Attempt::Invalid;
-    }
-    let scale = page.scale.load(Relaxed);
-    let offset = page.offset.load(Relaxed);
-    let tsc = rdtsc();
-    // The field loads complete before the sequence re-check
-    // (`clockhal_loom_mutant`: removed; the loom model must then fail).
-    #[cfg(not(clockhal_loom_mutant))]
-    fence(Acquire);
-    if page.sequence.load(Relaxed) != sequence {
-        return Attempt::Changed;
-    }
-    Attempt::Value(Sample {
-        sequence,
-        scale,
-        offset,
-        tsc,
-    })
-}
-
-/// Bounded retry of [`try_sample`].
+/// Bounded retry of the page's seqlock (clockhal-user's, shared with the
+/// user-space reader).
 fn sample(page: &HvReferenceTscPage, mut rdtsc: impl FnMut() -> u64) -> Result<Sample, PageError> {
     for _ in 0..MAX_READ_ATTEMPTS {
-        match try_sample(page, &mut rdtsc) {
-            Attempt::Value(s) => return Ok(s),
-            Attempt::Invalid => return Err(PageError::Invalid),
-            Attempt::Changed => core::hint::spin_loop(),
+        match page.try_sample(&mut rdtsc) {
+            HvAttempt::Value(s) => return Ok(s),
+            HvAttempt::Invalid => return Err(PageError::Invalid),
+            HvAttempt::Changed => core::hint::spin_loop(),
         }
     }
     Err(PageError::Busy)
 }
+
+/// One consistent copy of the page and a TSC value read inside its window.
+type Sample = HvSample;
 
 /// Reads any reference TSC page: `((tsc * scale) >> 64) + offset` in 100 ns
 /// units, under the sequence check (bounded retries). Read-only.
@@ -220,13 +178,7 @@ impl<H: Hardware> HypervPageClock<H> {
             return Err(msr);
         };
         let accepted = MapSlot::new();
-        accepted.store(&SlotEntry {
-            tag: page.get().sequence.load(Relaxed),
-            epoch: 2,
-            map: probe_map,
-            tsc: 0,
-            limit: 0,
-        });
+        accepted.store_map(page.get().sequence.load(Relaxed), 2, probe_map);
         Ok(HypervPageClock {
             msr,
             page,
@@ -358,21 +310,12 @@ impl<H: Hardware> HypervPageClock<H> {
     /// The map some CPU accepted last in this epoch (none after a resume:
     /// the restored host's first parameters are taken as they are).
     fn last_accepted(&self) -> Option<TscMap> {
-        let epoch = self.epoch.load(Acquire);
-        match self.accepted.load() {
-            Some((seq, e)) if e.epoch == epoch && self.accepted.unchanged(seq) => Some(e.map),
-            _ => None,
-        }
+        self.accepted.map_of_epoch(self.epoch.load(Acquire))
     }
 
     fn accept(&self, sequence: u32, map: TscMap) {
-        self.accepted.store(&SlotEntry {
-            tag: sequence,
-            epoch: self.epoch.load(Acquire),
-            map,
-            tsc: 0,
-            limit: 0,
-        });
+        self.accepted
+            .store_map(sequence, self.epoch.load(Acquire), map);
     }
 
     /// Changes whenever readings' validity changes for every CPU (a

@@ -3,14 +3,10 @@
 //! Read-only and independent of MSRs, so it works on any area: one this
 //! crate registered, or the page a host kernel maps into its vDSO.
 
-use crate::sync::{
-    fence,
-    Ordering::{Acquire, Relaxed},
-};
 use clockhal_core::Frequency;
 use clockhal_x86::paravirt::{
-    pvclock_scale_delta, pvclock_tsc_hz_ratio, PvclockVcpuTimeInfo, PVCLOCK_GUEST_STOPPED,
-    PVCLOCK_TSC_STABLE_BIT,
+    pvclock_scale_delta, pvclock_tsc_hz_ratio, PvclockSample, PvclockVcpuTimeInfo,
+    PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
 };
 use core::fmt;
 
@@ -81,57 +77,26 @@ impl fmt::Display for PvclockError {
 impl core::error::Error for PvclockError {}
 
 /// One consistent copy of an area and a TSC value read inside its seqlock
-/// window.
+/// window (the seqlock itself is clockhal-user's, shared with the
+/// user-space reader).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Sample {
-    pub(crate) version: u32,
-    pub(crate) tsc_timestamp: u64,
-    pub(crate) system_time: u64,
-    pub(crate) mul: u32,
-    pub(crate) shift: i8,
-    pub(crate) flags: u8,
-    pub(crate) tsc: u64,
+pub(crate) struct Sample(PvclockSample);
+
+impl core::ops::Deref for Sample {
+    type Target = PvclockSample;
+    fn deref(&self) -> &PvclockSample {
+        &self.0
+    }
 }
 
 impl Sample {
     /// One seqlock attempt: `None` if the version was odd or changed.
-    /// `rdtsc` runs between the two version loads (use an ordered read so
-    /// it cannot run before the first one).
     #[inline(always)]
     pub(crate) fn try_take(
         area: &PvclockVcpuTimeInfo,
         rdtsc: &mut impl FnMut() -> u64,
     ) -> Option<Sample> {
-        // Relaxed loads and explicit fences: the area may be a read-only
-        // mapping (a vDSO page), where Rust only guarantees relaxed loads.
-        let version = area.version.load(Relaxed);
-        fence(Acquire);
-        if version & 1 != 0 {
-            return None;
-        }
-        let tsc_timestamp = area.tsc_timestamp.load(Relaxed);
-        let system_time = area.system_time.load(Relaxed);
-        let mul = area.tsc_to_system_mul.load(Relaxed);
-        let shift = area.tsc_shift.load(Relaxed);
-        let flags = area.flags.load(Relaxed);
-        let tsc = rdtsc();
-        // Field loads above must complete before the version re-check.
-        // (`clockhal_loom_mutant`: the fence removed; the loom model must
-        // then find a torn read.)
-        #[cfg(not(clockhal_loom_mutant))]
-        fence(Acquire);
-        if area.version.load(Relaxed) != version {
-            return None;
-        }
-        Some(Sample {
-            version,
-            tsc_timestamp,
-            system_time,
-            mul,
-            shift,
-            flags,
-            tsc,
-        })
+        area.try_sample(rdtsc).map(Sample)
     }
 
     /// Bounded retry of [`try_take`](Self::try_take).

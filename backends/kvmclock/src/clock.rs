@@ -264,13 +264,7 @@ impl<H: Hardware> Kvmclock<H> {
         };
         let stable_permitted = features.contains(KvmFeatures::CLOCKSOURCE_STABLE_BIT);
         let accepted = MapSlot::new();
-        accepted.store(&SlotEntry {
-            tag: first.version,
-            epoch: 2,
-            map: probe_map,
-            tsc: 0,
-            limit: 0,
-        });
+        accepted.store_map(first.version, 2, probe_map);
         Ok(Kvmclock {
             boot_cpu: cpu,
             hw,
@@ -544,21 +538,12 @@ impl<H: Hardware> Kvmclock<H> {
     /// The map some CPU accepted last in this epoch (none after a resume:
     /// the restored host's first parameters are taken as they are).
     fn last_accepted(&self) -> Option<TscMap> {
-        let epoch = self.epoch.load(Acquire);
-        match self.accepted.load() {
-            Some((seq, e)) if e.epoch == epoch && self.accepted.unchanged(seq) => Some(e.map),
-            _ => None,
-        }
+        self.accepted.map_of_epoch(self.epoch.load(Acquire))
     }
 
     fn accept(&self, version: u32, map: TscMap) {
-        self.accepted.store(&SlotEntry {
-            tag: version,
-            epoch: self.epoch.load(Acquire),
-            map,
-            tsc: 0,
-            limit: 0,
-        });
+        self.accepted
+            .store_map(version, self.epoch.load(Acquire), map);
     }
 
     /// Changes whenever readings' validity changes for every CPU (a revoked

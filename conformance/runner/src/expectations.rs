@@ -65,7 +65,7 @@ pub const SOURCES: [&str; 6] = [
     "acpi-pm",
 ];
 
-const fn row(
+pub(crate) const fn row(
     config: &'static str,
     source: &'static str,
     expect: Expect,
@@ -82,10 +82,11 @@ const fn row(
 use Expect::*;
 
 // Reasons shared by many rows.
-const NO_HV: &str = "Hyper-V enlightenments cannot be booted on this host (KVM_CAP_HYPERV = 0)";
-const TCG_NO_KVMCLOCK: &str = "TCG has no KVM signature in CPUID";
+pub(crate) const NO_HV: &str =
+    "Hyper-V enlightenments cannot be booted on this host (KVM_CAP_HYPERV = 0)";
+pub(crate) const TCG_NO_KVMCLOCK: &str = "TCG has no KVM signature in CPUID";
 const HPET: &str = "q35/pc have an HPET (ACPI HPET table, 100 MHz, 64-bit)";
-const PM: &str = "q35/pc FADTs name a 24-bit PM timer";
+pub(crate) const PM: &str = "q35/pc FADTs name a 24-bit PM timer";
 const MICROVM_NO_HPET: &str = "microvm has no HPET";
 const MICROVM_NO_PM: &str = "microvm's hardware-reduced FADT has PM_TMR_BLK = 0";
 const MICROVM_TSC_PIT: &str =

@@ -184,31 +184,14 @@ pub const CONFIGS: &[ForeignConfig] = &[
     },
 ];
 
-const fn row(
-    config: &'static str,
-    source: &'static str,
-    expect: Expect,
-    reason: &'static str,
-) -> Row {
-    Row {
-        config,
-        source,
-        expect,
-        reason,
-    }
-}
-
+use crate::expectations::{row, NO_HV, PM, TCG_NO_KVMCLOCK};
 use Expect::*;
-
-const NO_HV: &str = "no Hyper-V enlightenments on this host (KVM_CAP_HYPERV = 0)";
-const TCG_NO_KVMCLOCK: &str = "TCG: no KVM signature in CPUID";
 const TSC_TCG: &str =
     "TCG: rate calibrated against the HPET/PM timer to a few ppm; no invariant bit, so \
     selected as a supervised TSC (290) over the trapping HPET (250), as by the PVH kernel";
-const TSC_TCG_SMP: &str =
-    "TCG, two CPUs: rate calibrated, but the warp test cannot prove the TSCs in step: not selected";
+const TSC_TCG_SMP: &str = "TCG, two CPUs on one TCG thread: Hermit tasks pinned to each CPU run \
+    clockhal's warp test, which proves the TSCs in step; the supervised TSC is selected, as on the PVH kernel";
 const HPET_TCG: &str = "TCG q35/pc: the supervised TSC's watchdog reference (250, traps)";
-const PM: &str = "q35/pc FADTs name a 24-bit PM timer";
 const HERMIT_CPL0: &str = "Hermit runs the application at CPL0 with the loader's identity map: the HPET stays mapped uncached";
 const HERMIT_SMP: &str = "two CPUs: the suite's warp test runs on a Hermit task pinned to CPU 1 (sys_spawn2) and must pass";
 const KVM: &str = "KVM: kvmclock (stable bit) is the migration-safe no-exit source (400); its area's physical address comes from the bootloader's page tables";

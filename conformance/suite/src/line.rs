@@ -303,6 +303,49 @@ pub fn parse(line: &str) -> Line<'_> {
     parse_summary(line).map_or(other, Line::Summary)
 }
 
+/// A fixed-capacity text buffer for one field or reason (160 bytes;
+/// truncates at a character boundary): formatting without allocation.
+pub struct Text {
+    buf: [u8; 160],
+    len: usize,
+}
+
+impl Text {
+    /// An empty buffer.
+    pub const fn new() -> Text {
+        Text {
+            buf: [0; 160],
+            len: 0,
+        }
+    }
+
+    /// What was written (whole characters only).
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl Default for Text {
+    fn default() -> Self {
+        Text::new()
+    }
+}
+
+impl Write for Text {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for ch in s.chars() {
+            let mut tmp = [0u8; 4];
+            let enc = ch.encode_utf8(&mut tmp).as_bytes();
+            if self.len + enc.len() > self.buf.len() {
+                break;
+            }
+            self.buf[self.len..self.len + enc.len()].copy_from_slice(enc);
+            self.len += enc.len();
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

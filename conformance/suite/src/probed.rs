@@ -19,7 +19,7 @@
 //! write_sources(&mut out, &report)?; // the probe's report
 //! ```
 
-use crate::line::{self, PresentSource};
+use crate::line::{self, PresentSource, Text};
 use clockhal::x86::Hardware;
 use clockhal::{Clock, ClockSource, Note, ReadCost, Report, SourceId, Verdict};
 use core::fmt::{self, Write};
@@ -133,39 +133,4 @@ pub fn write_sources(out: &mut dyn Write, report: &Report) -> fmt::Result {
         )?;
     }
     Ok(())
-}
-
-/// A fixed-capacity text buffer for one reason (truncates at a character
-/// boundary).
-struct Text {
-    buf: [u8; 160],
-    len: usize,
-}
-
-impl Text {
-    const fn new() -> Text {
-        Text {
-            buf: [0; 160],
-            len: 0,
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
-    }
-}
-
-impl Write for Text {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for ch in s.chars() {
-            let mut tmp = [0u8; 4];
-            let enc = ch.encode_utf8(&mut tmp).as_bytes();
-            if self.len + enc.len() > self.buf.len() {
-                break;
-            }
-            self.buf[self.len..self.len + enc.len()].copy_from_slice(enc);
-            self.len += enc.len();
-        }
-        Ok(())
-    }
 }

@@ -3,42 +3,9 @@
 //! selection.
 
 use clockhal::{Report, Verdict};
+use clockhal_conformance::line::Text;
 use clockhal_conformance::probed::SOURCE_IDS;
 use core::fmt::{self, Write};
-
-/// A small fixed-capacity text buffer (truncates).
-struct Text {
-    buf: [u8; 120],
-    len: usize,
-}
-
-impl Text {
-    const fn new() -> Text {
-        Text {
-            buf: [0; 120],
-            len: 0,
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
-    }
-}
-
-impl Write for Text {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for ch in s.chars() {
-            let mut tmp = [0u8; 4];
-            let enc = ch.encode_utf8(&mut tmp).as_bytes();
-            if self.len + enc.len() > self.buf.len() {
-                break;
-            }
-            self.buf[self.len..self.len + enc.len()].copy_from_slice(enc);
-            self.len += enc.len();
-        }
-        Ok(())
-    }
-}
 
 /// Writes the table; `costs[i]` is the measured median read cost of
 /// `SOURCE_IDS[i]`.
