@@ -60,6 +60,16 @@ impl UserHw {
         }
     }
 
+    /// The same for an SMP kernel with a per-CPU index
+    /// (`Native::with_cpu_index`): each bench thread is one "CPU", with a
+    /// per-CPU slot of its own, as each CPU of a kernel has.
+    pub fn per_thread(persona: Persona) -> UserHw {
+        UserHw {
+            native: Native::hosted().with_cpu_index(thread_index),
+            ..UserHw::new(persona)
+        }
+    }
+
     /// The same for a one-CPU kernel (`Native::new().single_cpu()`): the
     /// per-CPU floor is raised with an unlocked, interrupt-safe `cmpxchg`.
     /// Read it from one thread only (the bench's pinned main thread).
@@ -234,4 +244,15 @@ mod tests {
         let a = hv.rdtsc_ordered();
         assert!(hv.rdtsc_ordered() > a);
     }
+}
+
+/// This thread's index, `0..` in the order threads first ask (the bench's
+/// stand-in for a kernel's CPU index).
+fn thread_index() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|i| *i)
 }

@@ -166,7 +166,7 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
         kvmclock_row(KVM_STABLE, UserHw::new(Persona::Kvm), tsc_hz, Path::Stable)
     });
     r.add(KVM_CLAMP, COUNTED, || {
-        kvmclock_row(KVM_CLAMP, UserHw::new(Persona::Kvm), tsc_hz, Path::Clamp)
+        kvmclock_row(KVM_CLAMP, UserHw::per_thread(Persona::Kvm), tsc_hz, Path::Clamp)
     });
     const KVM_CLAMP2: &str = "clockhal kvmclock -> ns (clamp, 2 threads)";
     r.add(
@@ -178,7 +178,7 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
             }
             kvmclock_row(
                 KVM_CLAMP2,
-                UserHw::new(Persona::Kvm),
+                UserHw::per_thread(Persona::Kvm),
                 tsc_hz,
                 Path::ClampContended,
             )
