@@ -80,17 +80,17 @@ impl UserHw {
         }
     }
 
-    /// The same, but `rdtsc_ordered` is a bare `rdtscp` (what Linux's
+    /// This stand-in, but `rdtsc_ordered` is a bare `rdtscp` (what Linux's
     /// `rdtsc_ordered` and its vDSO use when the CPU has it): for measuring
     /// what `Native`'s run-time choice of the fence costs. `None` without
     /// RDTSCP.
-    pub fn with_rdtscp_ordering(persona: Persona) -> Option<UserHw<true>> {
+    pub fn with_rdtscp_ordering(self) -> Option<UserHw<true>> {
         let UserHw {
             native,
             persona,
             lease,
             pool,
-        } = UserHw::new(persona);
+        } = self;
         clockhal_x86::cpuid::has_rdtscp(&native).then_some(UserHw {
             native,
             persona,

@@ -5,6 +5,11 @@
 //! Rows are built in this library (not in a binary) so that the code each
 //! row runs is compiled once, here: the timed and the counted loops are the
 //! same machine code.
+//!
+//! The clockhal rows run as a one-CPU kernel reads (`UserHw::one_cpu`: the
+//! per-CPU floor raised with the interrupt-safe unlocked `cmpxchg`), unless
+//! a row's name says otherwise (the clamp rows: one "CPU" per thread; the
+//! diagnostic without a CPU index: the locked floor hosted threads share).
 
 use crate::host;
 use crate::hw::{Persona, UserHw};
@@ -150,7 +155,9 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
         Ok(Row::new("rdtscp", move || hw.rdtscp().0))
     });
 
-    r.add(TSC, COUNTED, || tsc_row(TSC, hw, tsc_hz));
+    r.add(TSC, COUNTED, || {
+        tsc_row(TSC, UserHw::one_cpu(Persona::Kvm), tsc_hz)
+    });
     r.add(FACADE_TSC, COUNTED, || {
         facade_row(FACADE_TSC, Facade::Tsc, tsc_hz)
     });
@@ -163,10 +170,20 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     const HOSTED: &str = "clockhal::Clock::now() (hosted, tsc)";
     r.add(HOSTED, Err(NO_VDSO), || hosted_row(HOSTED, tsc_hz));
     r.add(KVM_STABLE, COUNTED, || {
-        kvmclock_row(KVM_STABLE, UserHw::new(Persona::Kvm), tsc_hz, Path::Stable)
+        kvmclock_row(
+            KVM_STABLE,
+            UserHw::one_cpu(Persona::Kvm),
+            tsc_hz,
+            Path::Stable,
+        )
     });
     r.add(KVM_CLAMP, COUNTED, || {
-        kvmclock_row(KVM_CLAMP, UserHw::per_thread(Persona::Kvm), tsc_hz, Path::Clamp)
+        kvmclock_row(
+            KVM_CLAMP,
+            UserHw::per_thread(Persona::Kvm),
+            tsc_hz,
+            Path::Clamp,
+        )
     });
     const KVM_CLAMP2: &str = "clockhal kvmclock -> ns (clamp, 2 threads)";
     r.add(
@@ -186,7 +203,7 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     );
     r.add(USER, COUNTED, || user_page_row(USER, tsc_hz));
     r.add(HV, COUNTED, || {
-        hyperv_row(HV, UserHw::new(Persona::Hyperv), tsc_hz, HvOut::Scale)
+        hyperv_row(HV, UserHw::one_cpu(Persona::Hyperv), tsc_hz, HvOut::Scale)
     });
     const LIVE: &str = "clockhal kvmclock (live page, read_area)";
     r.add(
@@ -225,7 +242,11 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     const D_TSC: &str = "diag: clockhal TSC -> ns, rdtscp-ordered";
     const D_KVM: &str = "diag: clockhal kvmclock (stable), rdtscp-ordered";
     const D_HV: &str = "diag: clockhal Hyper-V page -> ns, rdtscp-ordered";
-    let rdtscp = |p| UserHw::with_rdtscp_ordering(p).ok_or_else(|| "no RDTSCP".to_string());
+    let rdtscp = |p| {
+        UserHw::one_cpu(p)
+            .with_rdtscp_ordering()
+            .ok_or_else(|| "no RDTSCP".to_string())
+    };
     r.add(D_TSC, COUNTED, || {
         rdtscp(Persona::Kvm).and_then(|h| tsc_row(D_TSC, h, tsc_hz))
     });
@@ -237,7 +258,12 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     });
     const D_HV_RAW: &str = "diag: clockhal Hyper-V page read (100 ns units)";
     r.add(D_HV_RAW, COUNTED, || {
-        hyperv_row(D_HV_RAW, UserHw::new(Persona::Hyperv), tsc_hz, HvOut::Units)
+        hyperv_row(
+            D_HV_RAW,
+            UserHw::one_cpu(Persona::Hyperv),
+            tsc_hz,
+            HvOut::Units,
+        )
     });
     const D_MUL: &str = "diag: ordered rdtsc + one 0.64 multiply (no exact-floor fixup)";
     r.add(D_MUL, COUNTED, || {
@@ -255,10 +281,16 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     r.add(D_HV100, COUNTED, || {
         hyperv_row(
             D_HV100,
-            UserHw::new(Persona::Hyperv),
+            UserHw::one_cpu(Persona::Hyperv),
             tsc_hz,
             HvOut::Times100,
         )
+    });
+    // Without a CPU index (hosted threads that migrate) the per-CPU floor
+    // is shared and raised with a locked instruction.
+    const D_TSC_SHARED: &str = "diag: clockhal TSC -> ns, no CPU index (locked floor)";
+    r.add(D_TSC_SHARED, COUNTED, || {
+        tsc_row(D_TSC_SHARED, UserHw::new(Persona::Kvm), tsc_hz)
     });
     const D_SCALE: &str = "diag: Scale::ticks_to_ns alone";
     r.add(D_SCALE, COUNTED, || {
