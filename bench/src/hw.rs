@@ -222,6 +222,17 @@ impl<const RDTSCP: bool> Hardware for UserHw<RDTSCP> {
     }
 }
 
+/// This thread's index, `0..` in the order threads first ask (the bench's
+/// stand-in for a kernel's CPU index).
+fn thread_index() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|i| *i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,15 +255,4 @@ mod tests {
         let a = hv.rdtsc_ordered();
         assert!(hv.rdtsc_ordered() > a);
     }
-}
-
-/// This thread's index, `0..` in the order threads first ask (the bench's
-/// stand-in for a kernel's CPU index).
-fn thread_index() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    std::thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    INDEX.with(|i| *i)
 }
