@@ -137,8 +137,8 @@ pub use report::{Report, Table};
 /// The hardware-free core (trait, scaling, selection, watchdog).
 pub use clockhal_core as core_api;
 pub use clockhal_core::{
-    ClockSource, Duration, Fault, Frequency, Instant, MemberVerdict, Migration, Outcome, Policy,
-    Quality, ReadCost, Scale, Stability, UpdateBounds, WatchdogConfig,
+    ClampGranule, ClockSource, Duration, Fault, Frequency, Instant, MemberVerdict, Migration,
+    Outcome, Policy, Quality, ReadCost, Scale, Stability, UpdateBounds, WatchdogConfig,
 };
 /// Linux user-space pieces used by hosted mode (the live pvclock page).
 #[cfg(all(feature = "std", target_arch = "x86_64"))]

@@ -15,7 +15,7 @@ use crate::host;
 use crate::hw::{Persona, UserHw};
 use crate::measure::Row;
 use clockhal::{Platform, SourceId};
-use clockhal_core::{ClockSource, Frequency, Migration, Policy, Scale};
+use clockhal_core::{ClampGranule, ClockSource, Frequency, Migration, Policy, Scale};
 use clockhal_hyperv::{Hyperv, HypervConfig};
 use clockhal_kvmclock::{read_area, Kvmclock, KvmclockConfig};
 use clockhal_linux::LivePvclock;
@@ -49,6 +49,9 @@ pub const TSC: &str = "clockhal TSC -> ns (Tsc::read + Scale)";
 pub const KVM_STABLE: &str = "clockhal kvmclock -> ns (stable page)";
 /// kvmclock's own read without the stable bit (the global clamp).
 pub const KVM_CLAMP: &str = "clockhal kvmclock -> ns (clamp, 1 thread)";
+/// The same through a clamp of 1024 ns resolution
+/// (`KvmclockConfig::with_clamp_granule`, `Platform::clamp_granule`).
+pub const KVM_COARSE: &str = "clockhal kvmclock -> ns (clamp, 1024 ns granule, 1 thread)";
 /// A ring-3 read of the OS's clock page.
 pub const USER: &str = "clockhal-user clock page (ClockReader::now, TSC state)";
 /// The Hyper-V page clock's read and the conversion to ns.
@@ -57,8 +60,19 @@ pub const HV: &str = "clockhal Hyper-V page -> ns";
 /// The clockhal fast paths whose instructions per read have a budget
 /// (`bench/instruction-budgets.json`).
 pub const BUDGETED: &[&str] = &[
-    FACADE_TSC, FACADE_KVM, FACADE_HV, TSC, KVM_STABLE, KVM_CLAMP, HV, USER,
+    FACADE_TSC, FACADE_KVM, FACADE_HV, TSC, KVM_STABLE, KVM_CLAMP, KVM_COARSE, HV, USER,
 ];
+
+/// Why the contended rows have no instruction count.
+const CONTENTION: &str =
+    "contention is a timing effect (valgrind runs one thread at a time); the 1-thread row counts the path";
+/// The exact clamp (the default).
+const EXACT: ClampGranule = ClampGranule::EXACT;
+/// The 1024 ns clamp of the coarse rows.
+const COARSE: ClampGranule = match ClampGranule::from_log2(10) {
+    Some(g) => g,
+    None => panic!("2^10 is a valid granule"),
+};
 
 /// What the rows are built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +189,7 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
             UserHw::one_cpu(Persona::Kvm),
             tsc_hz,
             Path::Stable,
+            EXACT,
         )
     });
     r.add(KVM_CLAMP, COUNTED, || {
@@ -183,24 +198,34 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
             UserHw::per_thread(Persona::Kvm),
             tsc_hz,
             Path::Clamp,
+            EXACT,
         )
     });
     const KVM_CLAMP2: &str = "clockhal kvmclock -> ns (clamp, 2 threads)";
-    r.add(
-        KVM_CLAMP2,
-        Err("contention is a timing effect (valgrind runs one thread at a time); the 1-thread row counts the path"),
-        || {
-            if cpus < 2 {
-                return Err("needs 2 CPUs".into());
-            }
-            kvmclock_row(
-                KVM_CLAMP2,
-                UserHw::per_thread(Persona::Kvm),
-                tsc_hz,
-                Path::ClampContended,
-            )
-        },
-    );
+    r.add(KVM_CLAMP2, Err(CONTENTION), || {
+        if cpus < 2 {
+            return Err("needs 2 CPUs".into());
+        }
+        kvmclock_row(
+            KVM_CLAMP2,
+            UserHw::per_thread(Persona::Kvm),
+            tsc_hz,
+            Path::ClampContended,
+            EXACT,
+        )
+    });
+    r.add(KVM_COARSE, COUNTED, || {
+        let hw = UserHw::per_thread(Persona::Kvm);
+        kvmclock_row(KVM_COARSE, hw, tsc_hz, Path::Clamp, COARSE)
+    });
+    const KVM_COARSE2: &str = "clockhal kvmclock -> ns (clamp, 1024 ns granule, 2 threads)";
+    r.add(KVM_COARSE2, Err(CONTENTION), || {
+        if cpus < 2 {
+            return Err("needs 2 CPUs".into());
+        }
+        let hw = UserHw::per_thread(Persona::Kvm);
+        kvmclock_row(KVM_COARSE2, hw, tsc_hz, Path::ClampContended, COARSE)
+    });
     r.add(USER, COUNTED, || user_page_row(USER, tsc_hz));
     r.add(HV, COUNTED, || {
         hyperv_row(HV, UserHw::one_cpu(Persona::Hyperv), tsc_hz, HvOut::Scale)
@@ -251,7 +276,7 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
         rdtscp(Persona::Kvm).and_then(|h| tsc_row(D_TSC, h, tsc_hz))
     });
     r.add(D_KVM, COUNTED, || {
-        rdtscp(Persona::Kvm).and_then(|h| kvmclock_row(D_KVM, h, tsc_hz, Path::Stable))
+        rdtscp(Persona::Kvm).and_then(|h| kvmclock_row(D_KVM, h, tsc_hz, Path::Stable, EXACT))
     });
     r.add(D_HV, COUNTED, || {
         rdtscp(Persona::Hyperv).and_then(|h| hyperv_row(D_HV, h, tsc_hz, HvOut::Scale))
@@ -461,20 +486,28 @@ fn kvmclock_row<const R: bool>(
     hw: UserHw<R>,
     tsc_hz: u64,
     path: Path,
+    granule: ClampGranule,
 ) -> Result<Row, String> {
     let (mul, shift) = pvclock_time_scale(tsc_hz).ok_or("TSC rate out of range")?;
-    let areas = SharedMemory::default().alloc_pvclock_areas(1);
+    // An area per reading thread (`UserHw::per_thread` numbers the bench's
+    // threads in the order they first read; each contended row's second
+    // thread has an area of its own, as a second vCPU has).
+    const AREAS: usize = 8;
+    let areas = SharedMemory::default().alloc_pvclock_areas(AREAS);
     let flags = if path == Path::Stable {
         PVCLOCK_TSC_STABLE_BIT
     } else {
         0
     };
-    let area = areas.element(0).ok_or("no area")?.get();
-    // Written once, as a host with a stable master clock serves it between
-    // its (rare) updates.
-    area.publish(hw.rdtsc_ordered(), 1_000_000_000, mul, shift, flags);
-    let clock = Kvmclock::probe(hw, KvmclockConfig::new(areas), &Policy::new())
-        .map_err(|e| e.to_string())?;
+    // Written once, as a host with a stable master clock serves them
+    // between its (rare) updates.
+    let t = hw.rdtsc_ordered();
+    for i in 0..AREAS {
+        let area = areas.element(i).ok_or("no area")?.get();
+        area.publish(t, 1_000_000_000, mul, shift, flags);
+    }
+    let config = KvmclockConfig::new(areas).with_clamp_granule(granule);
+    let clock = Kvmclock::probe(hw, config, &Policy::new()).map_err(|e| e.to_string())?;
     if clock.stable() != (path == Path::Stable) {
         return Err("kvmclock did not take the intended path".into());
     }
@@ -483,9 +516,15 @@ fn kvmclock_row<const R: bool>(
     if path != Path::ClampContended {
         return Ok(row);
     }
-    let hammer = Hammer::start(move || {
-        black_box(clock.read());
-    });
+    let hammer = Hammer::start(
+        move || clock.register_this_cpu().map_err(|e| e.to_string()),
+        move || {
+            black_box(clock.read());
+        },
+    )?;
+    if clock.stats().unregistered_reads != 0 {
+        return Err("a reader read an unregistered area".into());
+    }
     Ok(row.with_around(move |on| hammer.set(on)))
 }
 
@@ -545,11 +584,23 @@ struct Hammer {
 }
 
 impl Hammer {
-    fn start(f: impl Fn() + Send + 'static) -> Hammer {
+    /// Runs `setup` on a new thread pinned to CPU 1 (its error ends the
+    /// thread and is returned), then `f` while [`set`](Self::set) on.
+    fn start(
+        setup: impl FnOnce() -> Result<(), String> + Send + 'static,
+        f: impl Fn() + Send + 'static,
+    ) -> Result<Hammer, String> {
         let on: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
         let seen: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+        let (ready, started) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
             host::pin_to_cpu(1);
+            let r = setup();
+            let failed = r.is_err();
+            let _ = ready.send(r);
+            if failed {
+                return;
+            }
             let mut last = false;
             loop {
                 let now = on.load(Ordering::Acquire);
@@ -566,11 +617,14 @@ impl Hammer {
                 }
             }
         });
-        Hammer {
+        started
+            .recv()
+            .map_err(|_| "the second reader thread died".to_string())??;
+        Ok(Hammer {
             on,
             seen,
             thread: handle.thread().clone(),
-        }
+        })
     }
 
     fn set(&self, on: bool) {
