@@ -151,6 +151,13 @@ fn a_coarse_clamp_orders_an_unstable_kvmclock_across_cpus_on_its_grid() {
         }
     });
     assert_eq!(c.source_id(), SourceId::Kvmclock);
+    // The vCPUs agree again; once this CPU's reading passes what the other
+    // (50 us ahead) returned, the clamp follows it in granule steps.
+    m.with_kvm(|k, ctx| {
+        k.set_system_time_skew(Some(1), 0);
+        k.update_all(ctx);
+    });
+    m.advance(ms(1));
     let before = c.now().as_nanos();
     m.advance(1_000);
     let after = c.now().as_nanos();

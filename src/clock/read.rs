@@ -118,8 +118,10 @@ impl<H: Hardware + Clone> Clock<H> {
                     // The source reads below where the clock's timeline
                     // started for it (a step back soon after the start, an
                     // AP behind the boot CPU): "before 0" on the wrapping
-                    // timeline, never ~2^64. This CPU's floor answers.
-                    return self.raise(cpu, true, 0);
+                    // timeline, never ~2^64. This CPU's floor answers, and
+                    // for a source that does not order readings across
+                    // CPUs the clamp too (what any CPU returned).
+                    return self.raise(cpu, now.ordered, 0);
                 }
                 if !now.ordered {
                     // Leaving the source's own order for the clamp's.
@@ -146,7 +148,7 @@ impl<H: Hardware + Clone> Clock<H> {
             }
             None => match m.fallback_ns(cpu) {
                 Some(ns) if ns.wrapping_add(offset) > BEFORE_ZERO => {
-                    return self.raise(cpu, true, 0);
+                    return self.raise(cpu, false, 0);
                 }
                 Some(ns) => (ns.wrapping_add(offset), false),
                 None => return self.hold(cpu),
