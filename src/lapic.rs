@@ -188,9 +188,6 @@ pub fn stated_rate<H: Hardware>(hw: &H) -> Option<LapicRate> {
 const SAMPLE_TRIES: u32 = 16;
 /// A bracket this narrow (ns) is taken at once.
 const GOOD_ENOUGH_NS: u64 = 100;
-/// The calibration ends early once the count falls below this: far from
-/// 0 at any rate.
-const COUNT_FLOOR: u32 = u32::MAX / 4;
 
 impl<H: Hardware + Clone> Clock<H> {
     /// The APIC timer's stated input rate on this machine
@@ -215,8 +212,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// the timer already set up one-shot and masked with the divide
     /// configuration it will use), samples `read()` (the current-count
     /// register) between two clock reads, spins for `budget` on the clock
-    /// (less if the count falls below a quarter of its range), samples
-    /// again, and divides. 10 ms give a few ppm on a TSC-based clock; a
+    /// (less if the count falls below a quarter of the first sample's),
+    /// samples again, and divides. 10 ms give a few ppm on a TSC-based clock; a
     /// trapping clock (HPET, PM timer) needs longer for the same bound.
     ///
     /// The result is relative to the clock; its
@@ -265,8 +262,9 @@ impl<H: Hardware + Clone> Clock<H> {
         };
         let first = sample(&mut read);
         let end = Instant::from_nanos(first.mid()).saturating_add(budget);
-        spin_until(|| self.now(), end, || read() > COUNT_FLOOR)
-            .map_err(LapicError::ClockStalled)?;
+        // Ends early with a quarter of the first count left: far from 0.
+        let floor = (first.inner / 4) as u32;
+        spin_until(|| self.now(), end, || read() > floor).map_err(LapicError::ClockStalled)?;
         let last = sample(&mut read);
         let (c0, c1) = (first.inner as u32, last.inner as u32);
         if c1 >= c0 {
@@ -281,13 +279,11 @@ impl<H: Hardware + Clone> Clock<H> {
         let counts = c0 - c1;
         let elapsed_ns = last.mid().saturating_sub(first.mid());
         let implausible = LapicError::Implausible { counts, elapsed_ns };
-        let frequency = Frequency::from_ratio(
-            u128::from(counts) * 1_000_000_000,
-            u128::from(elapsed_ns),
-        )
-        .ok()
-        .filter(|f| PLAUSIBLE_MEASURED_HZ.contains(&f.hz_rounded()))
-        .ok_or(implausible)?;
+        let frequency =
+            Frequency::from_ratio(u128::from(counts) * 1_000_000_000, u128::from(elapsed_ns))
+                .ok()
+                .filter(|f| PLAUSIBLE_MEASURED_HZ.contains(&f.hz_rounded()))
+                .ok_or(implausible)?;
         // Each count reading lies within its bracket: the interval is
         // known to half the two widths; the counts to one.
         let slack = (first.width().unwrap_or(0) + last.width().unwrap_or(0)).div_ceil(2);

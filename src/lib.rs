@@ -139,14 +139,14 @@ mod wall_clock;
 
 pub use candidate::{Candidate, Demotion, Note, Rejection, SourceId, Verdict, MAX_CANDIDATES};
 pub use check::SelfCheck;
+pub use clock::{
+    Clock, CpuError, NoClock, NoClockReason, WatchdogEvent, STUCK_READS, SWITCH_MARGIN_NS,
+};
 #[cfg(feature = "embedded-hal")]
 pub use delay::Delay;
 #[cfg(feature = "fugit")]
 pub use fugit_types::{FugitDuration, FugitInstant};
 pub use global::ClockNow;
-pub use clock::{
-    Clock, CpuError, NoClock, NoClockReason, WatchdogEvent, STUCK_READS, SWITCH_MARGIN_NS,
-};
 pub use platform::{HpetAccess, Platform};
 pub use probe::{probe, Probed, HPET_REGION_LEN};
 pub use report::{Report, Table};

@@ -21,7 +21,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// use clockhal::Platform;
     /// use clockhal_sim::{AcpiTablesBuilder, SimMachine};
     ///
-    /// let m = SimMachine::qemu_tcg();
+    /// let m = SimMachine::bare_metal();
     /// let tables = AcpiTablesBuilder::q35().build(); // FADT CENTURY = 0x32
     /// let memory = tables.memory();
     /// let platform = Platform::new().acpi(tables.rsdp(), &memory);
@@ -86,7 +86,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// use clockhal::{Duration, Platform};
     /// use clockhal_sim::SimMachine;
     ///
-    /// let m = SimMachine::qemu_tcg(); // its RTC: 2026-12-01 12:34:56.25 UTC at power-on
+    /// let m = SimMachine::bare_metal(); // its RTC: 2026-12-01 12:34:56.25 UTC at power-on
     /// let clock = clockhal::probe(&m, Platform::new()).into_clock().unwrap();
     /// let edge = clock.set_wall_clock_from_rtc(Duration::from_millis(1_100)).unwrap();
     /// assert_eq!(edge.time.to_string(), "2026-12-01T12:34:57Z");
@@ -106,7 +106,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// use clockhal::{rtc::RtcOptions, x86::cmos::NmiBit, Duration, Platform};
     /// use clockhal_sim::SimMachine;
     ///
-    /// let m = SimMachine::qemu_tcg();
+    /// let m = SimMachine::bare_metal();
     /// let clock = clockhal::probe(&m, Platform::new()).into_clock().unwrap();
     /// let options = RtcOptions { nmi: NmiBit::Set, ..clock.rtc_options() };
     /// let edge = clock.set_wall_clock_from_rtc_with(&options, Duration::from_millis(1_100)).unwrap();
