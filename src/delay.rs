@@ -51,6 +51,13 @@ impl core::fmt::Debug for Delay<'_> {
     }
 }
 
+#[cfg(feature = "defmt")]
+impl defmt::Format for Delay<'_> {
+    fn format(&self, f: defmt::Formatter) {
+        defmt::write!(f, "Delay({} stalls)", self.stalls)
+    }
+}
+
 impl<'a> Delay<'a> {
     /// A delay on any clock: a [`Clock`], the
     /// [global clock](crate::global::clock), an OS's own [`ClockNow`].

@@ -1,7 +1,7 @@
 //! One clock for code that has no handle to it: log and `defmt`
 //! timestamps, libraries, drivers.
 //!
-//! The OS [`install`]s its `&'static` [`Clock`](crate::Clock) once; from then
+//! The OS [`install`]s its `&'static` [`Clock`] once; from then
 //! on [`now`] (and [`unix_time_ns`]) read it from anywhere. **Before
 //! `install`, [`now`] is `None`** (not 0: a timestamp of 0 would look like
 //! the clock's first nanosecond), so a caller decides what to print.
@@ -66,6 +66,7 @@ impl<H: Hardware + Clone> ClockNow for Clock<H> {
 
 /// [`install`] was called before: the first clock stays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct AlreadyInstalled;
 
 impl fmt::Display for AlreadyInstalled {

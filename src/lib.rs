@@ -224,6 +224,13 @@ const _: fn() = || {
     #[cfg(target_arch = "x86_64")]
     is_format::<Clock<clockhal_x86::Native>>();
     is_format::<WatchdogEvent>();
+    is_format::<Stalled>();
+    is_format::<global::AlreadyInstalled>();
+    is_format::<lapic::LapicRate>();
+    is_format::<lapic::LapicRateOrigin>();
+    is_format::<lapic::LapicError>();
+    #[cfg(feature = "embedded-hal")]
+    is_format::<Delay<'static>>();
     is_format::<HpetAccess<'static>>();
     is_format::<Platform<'static>>();
     is_format::<Report>();

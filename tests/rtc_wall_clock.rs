@@ -2,7 +2,12 @@
 //! second edge within the stated uncertainty, the century from the probe's
 //! FADT, a retry when a read ends too late, and errors that leave the wall
 //! time alone.
-#![cfg(all(feature = "rtc", feature = "tsc", feature = "kvmclock", feature = "pit"))]
+#![cfg(all(
+    feature = "rtc",
+    feature = "tsc",
+    feature = "kvmclock",
+    feature = "pit"
+))]
 
 use clockhal::rtc::{Century, RtcError};
 use clockhal::{Clock, Duration, Platform};
