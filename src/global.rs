@@ -42,9 +42,28 @@ use clockhal_core::Instant;
 use clockhal_x86::Hardware;
 use core::fmt;
 
-/// What the global clock (and [`Delay`](crate::Delay)) needs of a clock:
-/// its reading and, if known, the wall time. Implemented by every
+/// What the global clock (and `Delay`, feature `embedded-hal`) needs of
+/// a clock: its reading and, if known, the wall time. Implemented by every
 /// [`Clock`]; an OS may implement it for a clock of its own.
+///
+/// ```
+/// use clockhal::{ClockNow, Instant};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// /// An OS's tick counter, 1 ms per tick.
+/// struct Jiffies(AtomicU64);
+///
+/// impl ClockNow for Jiffies {
+///     fn now(&self) -> Instant {
+///         Instant::from_nanos(self.0.load(Ordering::Relaxed) * 1_000_000)
+///     }
+/// }
+///
+/// static JIFFIES: Jiffies = Jiffies(AtomicU64::new(3));
+/// clockhal::global::install(&JIFFIES).unwrap();
+/// assert_eq!(clockhal::global::now(), Some(Instant::from_nanos(3_000_000)));
+/// assert_eq!(clockhal::global::unix_time_ns(), None); // the default
+/// ```
 pub trait ClockNow: Sync {
     /// The current instant (monotonic, as [`Clock::now`]).
     fn now(&self) -> Instant;
@@ -83,6 +102,19 @@ static GLOBAL: spin::Once<&'static dyn ClockNow> = spin::Once::new();
 /// once, after [`Probed::into_clock`](crate::Probed::into_clock) (the clock
 /// in a `static`); any CPU may read it afterwards. `Err` if a clock is
 /// already installed (it stays).
+///
+/// ```
+/// use clockhal::{global, Clock, Platform};
+/// use clockhal_sim::SimMachine;
+/// use std::sync::OnceLock;
+///
+/// static MACHINE: OnceLock<SimMachine> = OnceLock::new();
+/// static CLOCK: OnceLock<Clock<&SimMachine>> = OnceLock::new();
+/// let m = MACHINE.get_or_init(SimMachine::bare_metal);
+/// let clock = CLOCK.get_or_init(|| clockhal::probe(m, Platform::new()).into_clock().unwrap());
+/// assert_eq!(global::install(clock), Ok(()));
+/// assert_eq!(global::install(clock), Err(global::AlreadyInstalled));
+/// ```
 pub fn install<C: ClockNow>(clock: &'static C) -> Result<(), AlreadyInstalled> {
     let mut ours = false;
     GLOBAL.call_once(|| {
@@ -96,13 +128,24 @@ pub fn install<C: ClockNow>(clock: &'static C) -> Result<(), AlreadyInstalled> {
     }
 }
 
-/// The installed clock, `None` before [`install`].
+/// The installed clock, `None` before [`install`] (e.g. to hand it on as
+/// a `&dyn ClockNow`).
+///
+/// ```
+/// assert!(clockhal::global::clock().is_none());
+/// ```
 #[inline]
 pub fn clock() -> Option<&'static dyn ClockNow> {
     GLOBAL.get().copied()
 }
 
 /// The installed clock's [`now`](ClockNow::now); `None` before [`install`].
+///
+/// ```
+/// // A log line's timestamp, "-" until the clock is installed:
+/// let stamp = clockhal::global::now().map(|t| t.as_nanos());
+/// assert_eq!(stamp, None);
+/// ```
 #[inline]
 pub fn now() -> Option<Instant> {
     clock().map(|c| c.now())
@@ -110,6 +153,10 @@ pub fn now() -> Option<Instant> {
 
 /// The installed clock's Unix time in ns; `None` before [`install`] or
 /// while no wall time is known.
+///
+/// ```
+/// assert_eq!(clockhal::global::unix_time_ns(), None);
+/// ```
 pub fn unix_time_ns() -> Option<u64> {
     clock().and_then(|c| c.unix_time_ns())
 }

@@ -54,6 +54,13 @@ pub const PLAUSIBLE_STATED_HZ: RangeInclusive<u64> = 1_000_000..=10_000_000_000;
 pub const PLAUSIBLE_MEASURED_HZ: RangeInclusive<u64> = 1_000..=10_000_000_000;
 
 /// Where an APIC timer rate came from.
+///
+/// ```
+/// use clockhal::lapic::{stated_rate, LapicRateOrigin};
+/// let r = stated_rate(&clockhal_sim::SimMachine::hyperv()).unwrap();
+/// assert_eq!(r.origin, LapicRateOrigin::HypervMsr);
+/// assert_eq!(r.origin.to_string(), "Hyper-V APIC frequency MSR");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum LapicRateOrigin {
@@ -89,6 +96,12 @@ impl fmt::Display for LapicRateOrigin {
 }
 
 /// An APIC timer rate and where it came from.
+///
+/// ```
+/// let r = clockhal::lapic::stated_rate(&clockhal_sim::SimMachine::hyperv()).unwrap();
+/// assert_eq!(r.frequency.hz_rounded(), 200_000_000);
+/// assert_eq!(r.to_string(), "200000000 Hz (Hyper-V APIC frequency MSR)");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct LapicRate {
@@ -106,6 +119,18 @@ impl fmt::Display for LapicRate {
 }
 
 /// Why [`Clock::calibrate_lapic`] gave no rate.
+///
+/// ```
+/// use clockhal::lapic::LapicError;
+/// use clockhal::{Duration, Platform};
+/// use clockhal_sim::SimMachine;
+///
+/// let m = SimMachine::bare_metal();
+/// let clock = clockhal::probe(&m, Platform::new()).into_clock().unwrap();
+/// // The OS's start closure did not start the timer: the count stays.
+/// let e = clock.calibrate_lapic(|_| {}, || 0x1234, Duration::from_micros(100));
+/// assert_eq!(e, Err(LapicError::NotCounting { first: 0x1234, last: 0x1234 }));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -153,7 +178,16 @@ impl core::error::Error for LapicError {}
 /// The APIC timer's input rate where the platform states it (see the
 /// module docs for the order and the rules), `None` where it must be
 /// calibrated. Reads CPUID and, on Hyper-V with the frequency MSRs, one
-/// MSR (read with [`rdmsr_checked`]).
+/// MSR (read with [`rdmsr_checked`]). Needs no clock: usable before the
+/// probe.
+///
+/// ```
+/// use clockhal::lapic::{stated_rate, LapicRateOrigin};
+/// use clockhal_sim::SimMachine;
+/// let r = stated_rate(&SimMachine::qemu_kvm_invtsc()).unwrap(); // -cpu host,+invtsc
+/// assert_eq!((r.frequency.hz_rounded(), r.origin), (1_000_000_000, LapicRateOrigin::HypervisorLeaf));
+/// assert_eq!(stated_rate(&SimMachine::qemu_kvm()), None); // KVM states it only with invtsc
+/// ```
 pub fn stated_rate<H: Hardware>(hw: &H) -> Option<LapicRate> {
     let believe = |hz: u64, origin| {
         Frequency::from_hz(hz)

@@ -27,6 +27,18 @@ pub const STALL_READS: u32 = 1_000_000;
 
 /// A wait ended early: its clock returned the same instant
 /// [`STALL_READS`] times in a row (it stopped).
+///
+/// ```
+/// use clockhal::{Duration, Platform, Stalled};
+/// use clockhal_sim::SimMachine;
+///
+/// let m = SimMachine::bare_metal();
+/// let clock = clockhal::probe(&m, Platform::new()).into_clock().unwrap();
+/// match clock.spin_for(Duration::from_micros(20)) {
+///     Ok(()) => {} // 20 µs passed on the clock
+///     Err(Stalled { at, remaining }) => panic!("stood still at {at}, {remaining} short"),
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Stalled {

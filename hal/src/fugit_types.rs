@@ -23,9 +23,19 @@ use crate::{Duration, Instant};
 
 /// An [`Instant`] as fugit sees it: `u64` nanoseconds on a timeline that
 /// does not wrap.
+///
+/// ```
+/// let t: clockhal_core::FugitInstant = clockhal_core::Instant::from_nanos(5).into();
+/// assert_eq!(t.as_ticks(), 5);
+/// ```
 pub type FugitInstant = fugit::MonotonicTimerInstantU64<1_000_000_000>;
 
 /// A [`Duration`] as fugit sees it: `u64` nanoseconds.
+///
+/// ```
+/// let d: clockhal_core::FugitDuration = clockhal_core::Duration::from_millis(3).into();
+/// assert_eq!(d.as_micros(), 3_000);
+/// ```
 pub type FugitDuration = fugit::NanosDurationU64;
 
 impl From<Instant> for FugitInstant {

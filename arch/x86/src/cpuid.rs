@@ -119,6 +119,12 @@ impl TscLeaf {
     /// ECX, the core crystal clock in Hz, when enumerated and within
     /// [`PLAUSIBLE_CRYSTAL_HZ`]. (On Intel parts that enumerate the ratio,
     /// the local APIC timer runs at this rate too.)
+    ///
+    /// ```
+    /// use clockhal_x86::cpuid::tsc_leaf;
+    /// let m = clockhal_sim::SimMachine::bare_metal(); // 24 MHz crystal
+    /// assert_eq!(tsc_leaf(&m).unwrap().crystal(), Some(24_000_000));
+    /// ```
     pub fn crystal(&self) -> Option<u32> {
         Some(self.crystal_hz).filter(|hz| PLAUSIBLE_CRYSTAL_HZ.contains(hz))
     }
@@ -302,6 +308,15 @@ pub fn timing_leaf<H: Hardware>(hw: &H, range: &HypervisorRange) -> Option<Timin
 /// The timing leaves a guest may believe, in order: the first hypervisor
 /// range's, then KVM's when another hypervisor (Hyper-V) owns the first;
 /// never reading above a range's maximum.
+///
+/// ```
+/// use clockhal_sim::SimMachine;
+/// use clockhal_x86::cpuid::timing_leaves;
+/// let leaf = timing_leaves(&SimMachine::qemu_kvm_invtsc()).next().unwrap();
+/// assert_eq!((leaf.tsc_khz, leaf.apic_khz), (2_600_000, 1_000_000));
+/// // QEMU TCG's range ends at 0x40000001: nothing is read above it.
+/// assert!(timing_leaves(&SimMachine::qemu_tcg()).next().is_none());
+/// ```
 pub fn timing_leaves<H: Hardware>(hw: &H) -> impl Iterator<Item = TimingLeaf> + '_ {
     let first = first_hypervisor_range(hw);
     let kvm = kvm(hw).map(|(r, _)| r).filter(|r| Some(*r) != first);
