@@ -155,8 +155,8 @@ pub use wait::{Stalled, STALL_READS};
 /// The hardware-free core (trait, scaling, selection, watchdog).
 pub use clockhal_core as core_api;
 pub use clockhal_core::{
-    ClockSource, Duration, Fault, Frequency, Instant, MemberVerdict, Migration, Outcome, Policy,
-    Quality, ReadCost, Scale, Stability, UpdateBounds, WatchdogConfig,
+    ClampGranule, ClockSource, Duration, Fault, Frequency, Instant, MemberVerdict, Migration,
+    Outcome, Policy, Quality, ReadCost, Scale, Stability, UpdateBounds, WatchdogConfig,
 };
 /// Linux user-space pieces used by hosted mode (the live pvclock page).
 #[cfg(all(feature = "std", target_arch = "x86_64"))]

@@ -16,11 +16,16 @@ mod adversarial;
 use adversarial::{clock_with, leak, ms, race, CrossCpu, SimClock};
 use clockhal::kvmclock::STABLE_AGREEMENT_NS;
 use clockhal::tsc::SyncStatus;
-use clockhal::{CpuError, SourceId};
+use clockhal::{ClampGranule, CpuError, SourceId};
 use clockhal_sim::{regs, KvmConfig, SimMachine};
 
 /// A two-vCPU KVM guest (`stable_bit`: CPUID grants the stable flag).
 fn kvm2(stable_bit: bool) -> (&'static SimMachine, SimClock) {
+    kvm2_with(stable_bit, ClampGranule::EXACT)
+}
+
+/// The same with the clamp's resolution `granule`.
+fn kvm2_with(stable_bit: bool, granule: ClampGranule) -> (&'static SimMachine, SimClock) {
     let m = leak(
         SimMachine::kvm_config()
             .with_cpus(2, &[])
@@ -30,7 +35,9 @@ fn kvm2(stable_bit: bool) -> (&'static SimMachine, SimClock) {
             })
             .build(),
     );
-    let (c, _) = clock_with(m, |p| p.tsc_sync(SyncStatus::Synchronized));
+    let (c, _) = clock_with(m, |p| {
+        p.tsc_sync(SyncStatus::Synchronized).clamp_granule(granule)
+    });
     (m, c)
 }
 
@@ -125,6 +132,30 @@ fn an_unstable_kvmclock_is_clamped_across_cpus_whatever_the_vcpus_say() {
             host_keeps_updating(m, &c, readers, 3);
         }
     });
+}
+
+#[test]
+fn a_coarse_clamp_orders_an_unstable_kvmclock_across_cpus_on_its_grid() {
+    // Platform::clamp_granule(256 ns): the clamp publishes at most once per
+    // granule; readings stay ordered across CPUs and advance on the grid.
+    let g = ClampGranule::from_log2(8).unwrap();
+    let (m, c) = kvm2_with(false, g);
+    race(&c, m, &[0, 1], true, |readers| {
+        readers.cross_cpu(CrossCpu::Within(0));
+        for skew in [-50_000i64, 50_000] {
+            m.with_kvm(|k, ctx| {
+                k.set_system_time_skew(Some(1), skew);
+                k.update_all(ctx);
+            });
+            host_keeps_updating(m, &c, readers, 3);
+        }
+    });
+    assert_eq!(c.source_id(), SourceId::Kvmclock);
+    let before = c.now().as_nanos();
+    m.advance(1_000);
+    let after = c.now().as_nanos();
+    assert_eq!((before % 256, after % 256), (0, 0), "{before} {after}");
+    assert!(after > before, "1 us passed: {before} -> {after}");
 }
 
 #[test]

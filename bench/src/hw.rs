@@ -60,6 +60,16 @@ impl UserHw {
         }
     }
 
+    /// The same for an SMP kernel with a per-CPU index
+    /// (`Native::with_cpu_index`): each bench thread is one "CPU", with a
+    /// per-CPU slot of its own, as each CPU of a kernel has.
+    pub fn per_thread(persona: Persona) -> UserHw {
+        UserHw {
+            native: Native::hosted().with_cpu_index(thread_index),
+            ..UserHw::new(persona)
+        }
+    }
+
     /// The same for a one-CPU kernel (`Native::new().single_cpu()`): the
     /// per-CPU floor is raised with an unlocked, interrupt-safe `cmpxchg`.
     /// Read it from one thread only (the bench's pinned main thread).
@@ -70,17 +80,17 @@ impl UserHw {
         }
     }
 
-    /// The same, but `rdtsc_ordered` is a bare `rdtscp` (what Linux's
+    /// This stand-in, but `rdtsc_ordered` is a bare `rdtscp` (what Linux's
     /// `rdtsc_ordered` and its vDSO use when the CPU has it): for measuring
     /// what `Native`'s run-time choice of the fence costs. `None` without
     /// RDTSCP.
-    pub fn with_rdtscp_ordering(persona: Persona) -> Option<UserHw<true>> {
+    pub fn with_rdtscp_ordering(self) -> Option<UserHw<true>> {
         let UserHw {
             native,
             persona,
             lease,
             pool,
-        } = UserHw::new(persona);
+        } = self;
         clockhal_x86::cpuid::has_rdtscp(&native).then_some(UserHw {
             native,
             persona,
@@ -210,6 +220,17 @@ impl<const RDTSCP: bool> Hardware for UserHw<RDTSCP> {
     fn is_simulated(&self) -> bool {
         true
     }
+}
+
+/// This thread's index, `0..` in the order threads first ask (the bench's
+/// stand-in for a kernel's CPU index).
+fn thread_index() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|i| *i)
 }
 
 #[cfg(test)]

@@ -5,12 +5,17 @@
 //! Rows are built in this library (not in a binary) so that the code each
 //! row runs is compiled once, here: the timed and the counted loops are the
 //! same machine code.
+//!
+//! The clockhal rows run as a one-CPU kernel reads (`UserHw::one_cpu`: the
+//! per-CPU floor raised with the interrupt-safe unlocked `cmpxchg`), unless
+//! a row's name says otherwise (the clamp rows: one "CPU" per thread; the
+//! diagnostic without a CPU index: the locked floor hosted threads share).
 
 use crate::host;
 use crate::hw::{Persona, UserHw};
 use crate::measure::Row;
 use clockhal::{Platform, SourceId};
-use clockhal_core::{ClockSource, Frequency, Migration, Policy, Scale};
+use clockhal_core::{ClampGranule, ClockSource, Frequency, Migration, Policy, Scale};
 use clockhal_hyperv::{Hyperv, HypervConfig};
 use clockhal_kvmclock::{read_area, Kvmclock, KvmclockConfig};
 use clockhal_linux::LivePvclock;
@@ -44,6 +49,9 @@ pub const TSC: &str = "clockhal TSC -> ns (Tsc::read + Scale)";
 pub const KVM_STABLE: &str = "clockhal kvmclock -> ns (stable page)";
 /// kvmclock's own read without the stable bit (the global clamp).
 pub const KVM_CLAMP: &str = "clockhal kvmclock -> ns (clamp, 1 thread)";
+/// The same through a clamp of 1024 ns resolution
+/// (`KvmclockConfig::with_clamp_granule`, `Platform::clamp_granule`).
+pub const KVM_COARSE: &str = "clockhal kvmclock -> ns (clamp, 1024 ns granule, 1 thread)";
 /// A ring-3 read of the OS's clock page.
 pub const USER: &str = "clockhal-user clock page (ClockReader::now, TSC state)";
 /// The Hyper-V page clock's read and the conversion to ns.
@@ -52,8 +60,19 @@ pub const HV: &str = "clockhal Hyper-V page -> ns";
 /// The clockhal fast paths whose instructions per read have a budget
 /// (`bench/instruction-budgets.json`).
 pub const BUDGETED: &[&str] = &[
-    FACADE_TSC, FACADE_KVM, FACADE_HV, TSC, KVM_STABLE, KVM_CLAMP, HV, USER,
+    FACADE_TSC, FACADE_KVM, FACADE_HV, TSC, KVM_STABLE, KVM_CLAMP, KVM_COARSE, HV, USER,
 ];
+
+/// Why the contended rows have no instruction count.
+const CONTENTION: &str =
+    "contention is a timing effect (valgrind runs one thread at a time); the 1-thread row counts the path";
+/// The exact clamp (the default).
+const EXACT: ClampGranule = ClampGranule::EXACT;
+/// The 1024 ns clamp of the coarse rows.
+const COARSE: ClampGranule = match ClampGranule::from_log2(10) {
+    Some(g) => g,
+    None => panic!("2^10 is a valid granule"),
+};
 
 /// What the rows are built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +169,9 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
         Ok(Row::new("rdtscp", move || hw.rdtscp().0))
     });
 
-    r.add(TSC, COUNTED, || tsc_row(TSC, hw, tsc_hz));
+    r.add(TSC, COUNTED, || {
+        tsc_row(TSC, UserHw::one_cpu(Persona::Kvm), tsc_hz)
+    });
     r.add(FACADE_TSC, COUNTED, || {
         facade_row(FACADE_TSC, Facade::Tsc, tsc_hz)
     });
@@ -163,30 +184,51 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     const HOSTED: &str = "clockhal::Clock::now() (hosted, tsc)";
     r.add(HOSTED, Err(NO_VDSO), || hosted_row(HOSTED, tsc_hz));
     r.add(KVM_STABLE, COUNTED, || {
-        kvmclock_row(KVM_STABLE, UserHw::new(Persona::Kvm), tsc_hz, Path::Stable)
+        kvmclock_row(
+            KVM_STABLE,
+            UserHw::one_cpu(Persona::Kvm),
+            tsc_hz,
+            Path::Stable,
+            EXACT,
+        )
     });
     r.add(KVM_CLAMP, COUNTED, || {
-        kvmclock_row(KVM_CLAMP, UserHw::new(Persona::Kvm), tsc_hz, Path::Clamp)
+        kvmclock_row(
+            KVM_CLAMP,
+            UserHw::per_thread(Persona::Kvm),
+            tsc_hz,
+            Path::Clamp,
+            EXACT,
+        )
     });
     const KVM_CLAMP2: &str = "clockhal kvmclock -> ns (clamp, 2 threads)";
-    r.add(
-        KVM_CLAMP2,
-        Err("contention is a timing effect (valgrind runs one thread at a time); the 1-thread row counts the path"),
-        || {
-            if cpus < 2 {
-                return Err("needs 2 CPUs".into());
-            }
-            kvmclock_row(
-                KVM_CLAMP2,
-                UserHw::new(Persona::Kvm),
-                tsc_hz,
-                Path::ClampContended,
-            )
-        },
-    );
+    r.add(KVM_CLAMP2, Err(CONTENTION), || {
+        if cpus < 2 {
+            return Err("needs 2 CPUs".into());
+        }
+        kvmclock_row(
+            KVM_CLAMP2,
+            UserHw::per_thread(Persona::Kvm),
+            tsc_hz,
+            Path::ClampContended,
+            EXACT,
+        )
+    });
+    r.add(KVM_COARSE, COUNTED, || {
+        let hw = UserHw::per_thread(Persona::Kvm);
+        kvmclock_row(KVM_COARSE, hw, tsc_hz, Path::Clamp, COARSE)
+    });
+    const KVM_COARSE2: &str = "clockhal kvmclock -> ns (clamp, 1024 ns granule, 2 threads)";
+    r.add(KVM_COARSE2, Err(CONTENTION), || {
+        if cpus < 2 {
+            return Err("needs 2 CPUs".into());
+        }
+        let hw = UserHw::per_thread(Persona::Kvm);
+        kvmclock_row(KVM_COARSE2, hw, tsc_hz, Path::ClampContended, COARSE)
+    });
     r.add(USER, COUNTED, || user_page_row(USER, tsc_hz));
     r.add(HV, COUNTED, || {
-        hyperv_row(HV, UserHw::new(Persona::Hyperv), tsc_hz, HvOut::Scale)
+        hyperv_row(HV, UserHw::one_cpu(Persona::Hyperv), tsc_hz, HvOut::Scale)
     });
     const LIVE: &str = "clockhal kvmclock (live page, read_area)";
     r.add(
@@ -225,19 +267,28 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     const D_TSC: &str = "diag: clockhal TSC -> ns, rdtscp-ordered";
     const D_KVM: &str = "diag: clockhal kvmclock (stable), rdtscp-ordered";
     const D_HV: &str = "diag: clockhal Hyper-V page -> ns, rdtscp-ordered";
-    let rdtscp = |p| UserHw::with_rdtscp_ordering(p).ok_or_else(|| "no RDTSCP".to_string());
+    let rdtscp = |p| {
+        UserHw::one_cpu(p)
+            .with_rdtscp_ordering()
+            .ok_or_else(|| "no RDTSCP".to_string())
+    };
     r.add(D_TSC, COUNTED, || {
         rdtscp(Persona::Kvm).and_then(|h| tsc_row(D_TSC, h, tsc_hz))
     });
     r.add(D_KVM, COUNTED, || {
-        rdtscp(Persona::Kvm).and_then(|h| kvmclock_row(D_KVM, h, tsc_hz, Path::Stable))
+        rdtscp(Persona::Kvm).and_then(|h| kvmclock_row(D_KVM, h, tsc_hz, Path::Stable, EXACT))
     });
     r.add(D_HV, COUNTED, || {
         rdtscp(Persona::Hyperv).and_then(|h| hyperv_row(D_HV, h, tsc_hz, HvOut::Scale))
     });
     const D_HV_RAW: &str = "diag: clockhal Hyper-V page read (100 ns units)";
     r.add(D_HV_RAW, COUNTED, || {
-        hyperv_row(D_HV_RAW, UserHw::new(Persona::Hyperv), tsc_hz, HvOut::Units)
+        hyperv_row(
+            D_HV_RAW,
+            UserHw::one_cpu(Persona::Hyperv),
+            tsc_hz,
+            HvOut::Units,
+        )
     });
     const D_MUL: &str = "diag: ordered rdtsc + one 0.64 multiply (no exact-floor fixup)";
     r.add(D_MUL, COUNTED, || {
@@ -255,10 +306,16 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     r.add(D_HV100, COUNTED, || {
         hyperv_row(
             D_HV100,
-            UserHw::new(Persona::Hyperv),
+            UserHw::one_cpu(Persona::Hyperv),
             tsc_hz,
             HvOut::Times100,
         )
+    });
+    // Without a CPU index (hosted threads that migrate) the per-CPU floor
+    // is shared and raised with a locked instruction.
+    const D_TSC_SHARED: &str = "diag: clockhal TSC -> ns, no CPU index (locked floor)";
+    r.add(D_TSC_SHARED, COUNTED, || {
+        tsc_row(D_TSC_SHARED, UserHw::new(Persona::Kvm), tsc_hz)
     });
     const D_SCALE: &str = "diag: Scale::ticks_to_ns alone";
     r.add(D_SCALE, COUNTED, || {
@@ -429,20 +486,28 @@ fn kvmclock_row<const R: bool>(
     hw: UserHw<R>,
     tsc_hz: u64,
     path: Path,
+    granule: ClampGranule,
 ) -> Result<Row, String> {
     let (mul, shift) = pvclock_time_scale(tsc_hz).ok_or("TSC rate out of range")?;
-    let areas = SharedMemory::default().alloc_pvclock_areas(1);
+    // An area per reading thread (`UserHw::per_thread` numbers the bench's
+    // threads in the order they first read; each contended row's second
+    // thread has an area of its own, as a second vCPU has).
+    const AREAS: usize = 8;
+    let areas = SharedMemory::default().alloc_pvclock_areas(AREAS);
     let flags = if path == Path::Stable {
         PVCLOCK_TSC_STABLE_BIT
     } else {
         0
     };
-    let area = areas.element(0).ok_or("no area")?.get();
-    // Written once, as a host with a stable master clock serves it between
-    // its (rare) updates.
-    area.publish(hw.rdtsc_ordered(), 1_000_000_000, mul, shift, flags);
-    let clock = Kvmclock::probe(hw, KvmclockConfig::new(areas), &Policy::new())
-        .map_err(|e| e.to_string())?;
+    // Written once, as a host with a stable master clock serves them
+    // between its (rare) updates.
+    let t = hw.rdtsc_ordered();
+    for i in 0..AREAS {
+        let area = areas.element(i).ok_or("no area")?.get();
+        area.publish(t, 1_000_000_000, mul, shift, flags);
+    }
+    let config = KvmclockConfig::new(areas).with_clamp_granule(granule);
+    let clock = Kvmclock::probe(hw, config, &Policy::new()).map_err(|e| e.to_string())?;
     if clock.stable() != (path == Path::Stable) {
         return Err("kvmclock did not take the intended path".into());
     }
@@ -451,9 +516,15 @@ fn kvmclock_row<const R: bool>(
     if path != Path::ClampContended {
         return Ok(row);
     }
-    let hammer = Hammer::start(move || {
-        black_box(clock.read());
-    });
+    let hammer = Hammer::start(
+        move || clock.register_this_cpu().map_err(|e| e.to_string()),
+        move || {
+            black_box(clock.read());
+        },
+    )?;
+    if clock.stats().unregistered_reads != 0 {
+        return Err("a reader read an unregistered area".into());
+    }
     Ok(row.with_around(move |on| hammer.set(on)))
 }
 
@@ -513,11 +584,23 @@ struct Hammer {
 }
 
 impl Hammer {
-    fn start(f: impl Fn() + Send + 'static) -> Hammer {
+    /// Runs `setup` on a new thread pinned to CPU 1 (its error ends the
+    /// thread and is returned), then `f` while [`set`](Self::set) on.
+    fn start(
+        setup: impl FnOnce() -> Result<(), String> + Send + 'static,
+        f: impl Fn() + Send + 'static,
+    ) -> Result<Hammer, String> {
         let on: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
         let seen: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+        let (ready, started) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
             host::pin_to_cpu(1);
+            let r = setup();
+            let failed = r.is_err();
+            let _ = ready.send(r);
+            if failed {
+                return;
+            }
             let mut last = false;
             loop {
                 let now = on.load(Ordering::Acquire);
@@ -534,11 +617,14 @@ impl Hammer {
                 }
             }
         });
-        Hammer {
+        started
+            .recv()
+            .map_err(|_| "the second reader thread died".to_string())??;
+        Ok(Hammer {
             on,
             seen,
             thread: handle.thread().clone(),
-        }
+        })
     }
 
     fn set(&self, on: bool) {

@@ -31,7 +31,7 @@ pub use bracket::{ppm, Bracketed};
 #[cfg(target_has_atomic = "64")]
 pub use cell::AtomicCell;
 pub use cell::{Cell64, CriticalSectionCell, DefaultCell};
-pub use clamp::MonotonicClamp;
+pub use clamp::{ClampGranule, MonotonicClamp};
 pub use extend::WrapExtender;
 pub use frequency::{Frequency, FrequencyError};
 #[cfg(feature = "fugit")]

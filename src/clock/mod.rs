@@ -43,6 +43,8 @@ pub(crate) struct Settings {
     /// Readings beyond the last verified instant plus this are checked
     /// against an independent reference before being returned.
     pub(crate) max_jump: Duration,
+    /// Resolution of the global clamp.
+    pub(crate) clamp_granule: clockhal_core::ClampGranule,
 }
 
 impl Settings {
@@ -51,6 +53,7 @@ impl Settings {
             watchdog: p.watchdog,
             supervision_timeout: p.supervision_timeout,
             max_jump: p.max_jump,
+            clamp_granule: p.clamp_granule,
         }
     }
 }
@@ -295,7 +298,7 @@ impl<H: Hardware + Clone> Clock<H> {
             tsc_scale: spin::Once::new(),
             ordered,
             slot_set,
-            clamp: MonotonicClamp::new(),
+            clamp: MonotonicClamp::with_granule(settings.clamp_granule),
             ceiling: AtomicU64::new(settings.max_jump.as_nanos()),
             deadline: AtomicU64::new(u64::MAX),
             held: AtomicU32::new(0),
@@ -545,7 +548,7 @@ impl<H: Hardware + Clone> Clock<H> {
             // maximum: the next watchdog tick takes it again.
             self.reclamp.store(true, Ordering::Release);
         } else if self.reclamp.swap(false, Ordering::AcqRel) {
-            self.clamp.clamp(self.slots().max_floor());
+            self.clamp.absorb(self.slots().max_floor());
         }
     }
 

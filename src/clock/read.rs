@@ -123,7 +123,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 }
                 if !now.ordered {
                     // Leaving the source's own order for the clamp's.
-                    self.clamp.clamp(self.slots().max_floor());
+                    self.clamp.absorb(self.slots().max_floor());
                 }
                 if !self.plausible(v) {
                     return self.hold(cpu);

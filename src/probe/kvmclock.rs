@@ -24,7 +24,9 @@ mod enabled {
                 cx.reject(id, Rejection::NotConfigured(why));
                 return None;
             };
-            let mut config = KvmclockConfig::new(areas).with_bounds(cx.platform.update_bounds);
+            let mut config = KvmclockConfig::new(areas)
+                .with_bounds(cx.platform.update_bounds)
+                .with_clamp_granule(cx.platform.clamp_granule);
             if let Some(w) = cx.platform.pvclock_wall_clock {
                 config = config.with_wall_clock(w);
             }

@@ -283,7 +283,7 @@ impl<H: Hardware> HypervPageClock<H> {
         };
         let ordered = self.ordered.load(Relaxed);
         if !ordered {
-            self.clamp.clamp(self.slots().max_floor());
+            self.clamp.absorb(self.slots().max_floor());
         }
         slot.store(&SlotEntry {
             tag: s.sequence,
@@ -337,7 +337,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// now on, starting above every value returned so far.
     pub fn distrust_order(&self) {
         if self.ordered.swap(false, AcqRel) {
-            self.clamp.clamp(self.slots().max_floor());
+            self.clamp.absorb(self.slots().max_floor());
             self.epoch.fetch_add(2, AcqRel);
         }
     }

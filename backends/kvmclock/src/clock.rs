@@ -3,8 +3,9 @@
 use crate::registry::{Registry, MAX_CPUS};
 use crate::{area::Sample, KvmclockError, WallClock};
 use clockhal_core::{
-    judge_update, ClockSource, Frequency, MapSlot, MonotonicClamp, PerCpuSlots, Policy, Quality,
-    ReadCost, SlotEntry, SlotSet, Stability, TscMap, UpdateBounds, UpdateFault, UpdateVerdict,
+    judge_update, ClampGranule, ClockSource, Frequency, MapSlot, MonotonicClamp, PerCpuSlots,
+    Policy, Quality, ReadCost, SlotEntry, SlotSet, Stability, TscMap, UpdateBounds, UpdateFault,
+    UpdateVerdict,
 };
 use clockhal_x86::cpuid::{self, KvmFeatures};
 use clockhal_x86::paravirt::{
@@ -72,6 +73,14 @@ pub struct KvmclockConfig {
     pub wall_clock: Option<PhysMapped<PvclockWallClock>>,
     /// What a parameter update may do before it is not believed.
     pub bounds: UpdateBounds,
+    /// Resolution of readings without a trusted stable bit, which go
+    /// through one global clamp ([`ClampGranule::EXACT`] by default, as
+    /// Linux's). On SMP guests that read the clock from several CPUs at
+    /// high rates, a coarser granule (e.g. 1024 ns) stops the clamp's cache
+    /// line from being written by every read; readings then advance in
+    /// steps of the granule, still never earlier than any returned before
+    /// on any CPU. Readings with a trusted stable bit are not affected.
+    pub clamp_granule: ClampGranule,
 }
 
 impl KvmclockConfig {
@@ -81,6 +90,7 @@ impl KvmclockConfig {
             areas,
             wall_clock: None,
             bounds: UpdateBounds::new(),
+            clamp_granule: ClampGranule::EXACT,
         }
     }
 
@@ -93,6 +103,12 @@ impl KvmclockConfig {
     /// Sets the update bounds.
     pub const fn with_bounds(mut self, bounds: UpdateBounds) -> Self {
         self.bounds = bounds;
+        self
+    }
+
+    /// Sets the resolution of the clamp path ([`clamp_granule`](Self::clamp_granule)).
+    pub const fn with_clamp_granule(mut self, granule: ClampGranule) -> Self {
+        self.clamp_granule = granule;
         self
     }
 }
@@ -278,7 +294,7 @@ impl<H: Hardware> Kvmclock<H> {
             registry,
             slot_set,
             accepted,
-            clamp: MonotonicClamp::new(),
+            clamp: MonotonicClamp::with_granule(config.clamp_granule),
             epoch: AtomicU32::new(2),
             resume_epoch: AtomicU32::new(2),
             guest_stopped: AtomicBool::new(false),
@@ -517,7 +533,7 @@ impl<H: Hardware> Kvmclock<H> {
         if !ordered {
             // Readings leave the host's order for the clamp's: it starts
             // above everything any CPU returned in order.
-            self.clamp.clamp(self.slots().max_floor());
+            self.clamp.absorb(self.slots().max_floor());
         }
         let now = map.apply(s.tsc);
         slot.store(&SlotEntry {
@@ -607,7 +623,7 @@ impl<H: Hardware> Kvmclock<H> {
     pub fn distrust_stable(&self) {
         if self.stable_trusted.swap(false, AcqRel) {
             self.counters.revoked.fetch_add(1, Relaxed);
-            self.clamp.clamp(self.slots().max_floor());
+            self.clamp.absorb(self.slots().max_floor());
             self.epoch.fetch_add(2, AcqRel);
         }
     }

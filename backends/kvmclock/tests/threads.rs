@@ -2,7 +2,7 @@
 //! the areas: never a backward step (per thread, and across threads), and
 //! every reading within the documented bound of the machine's true time.
 
-use clockhal_core::Policy;
+use clockhal_core::{ClampGranule, Policy};
 use clockhal_kvmclock::{Kvmclock, KvmclockConfig};
 use clockhal_sim::{KvmConfig, SimConfig, SimMachine};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -13,8 +13,9 @@ const CPUS: usize = 4;
 const READS_PER_CPU: u64 = if cfg!(miri) { 200 } else { 250_000 };
 
 /// Runs the race; `skew_ns` is the host's per-vCPU disagreement (0 for a
-/// stable host). Returns whether the stable bit was still trusted.
-fn race(stable: bool, skew_ns: i64) -> bool {
+/// stable host), `granule` the clamp's resolution. Returns whether the
+/// stable bit was still trusted.
+fn race(stable: bool, skew_ns: i64, granule: ClampGranule) -> bool {
     let kvm = KvmConfig {
         stable_flag: stable,
         ..KvmConfig::default()
@@ -27,14 +28,20 @@ fn race(stable: bool, skew_ns: i64) -> bool {
     ));
     let areas = m.alloc_pvclock_areas(CPUS);
     let clock: &'static Kvmclock<&SimMachine> = Box::leak(Box::new(
-        Kvmclock::probe(m, KvmclockConfig::new(areas), &Policy::new()).unwrap(),
+        Kvmclock::probe(
+            m,
+            KvmclockConfig::new(areas).with_clamp_granule(granule),
+            &Policy::new(),
+        )
+        .unwrap(),
     ));
     for cpu in 1..CPUS {
         m.on_cpu(cpu, || clock.register_this_cpu()).unwrap();
     }
     // Documented bound: exact scaling leaves the host's own rounding (ns);
-    // a clamped reading may lead by the hosts' disagreement.
-    let bound = 2 + 2 * skew_ns.unsigned_abs();
+    // a clamped reading may lead by the hosts' disagreement, and lags by
+    // less than the clamp's granule.
+    let bound = 2 + 2 * skew_ns.unsigned_abs() + granule.units();
     let latest = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(CPUS + 1));
@@ -53,6 +60,7 @@ fn race(stable: bool, skew_ns: i64) -> bool {
                     let v = clock.read_ns();
                     let t1 = m.now_ns();
                     assert!(v >= prev, "cpu {cpu}: {prev} -> {v}");
+                    assert_eq!(v % granule.units(), 0, "cpu {cpu}: {v} off the granule");
                     assert!(
                         v >= floor,
                         "cpu {cpu}: {v} behind an earlier read on another CPU ({floor})"
@@ -121,10 +129,16 @@ fn race(stable: bool, skew_ns: i64) -> bool {
 fn stable_flag_with_vcpus_out_of_step_is_not_trusted() {
     // The host claims a stable clock, but its vCPUs' TSCs are offset: the
     // areas disagree at one TSC value, so the clamp orders the readings.
-    assert!(!race(true, 0));
+    assert!(!race(true, 0, ClampGranule::EXACT));
 }
 
 #[test]
 fn unstable_host_million_reads() {
-    assert!(!race(false, 20_000));
+    assert!(!race(false, 20_000, ClampGranule::EXACT));
+}
+
+#[test]
+fn unstable_host_million_reads_through_a_coarse_clamp() {
+    // 256 ns granule: the same ordering across CPUs, readings on the grid.
+    assert!(!race(false, 20_000, ClampGranule::from_log2(8).unwrap()));
 }
