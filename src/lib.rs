@@ -105,6 +105,9 @@
 //! | `kvmclock`, `hyperv`, `tsc`, `hpet`, `acpi-pm`, `pit` | yes | the backends (re-exported as [`kvmclock`], [`hyperv`], ...); a disabled one is listed as rejected, "feature disabled" |
 //! | `defmt` | no | `defmt::Format` for every public type (core and arch too) |
 //! | `embedded-time` | no | [`Clock`] implements `embedded_time::Clock` (nanoseconds, `u64`) |
+//! | `fugit` | no | `Instant`/`Duration` convert to and from fugit's nanosecond types, `Clock::now_fugit` |
+//! | `embedded-hal` | no | `Clock::delay()`: an embedded-hal 1.0 `DelayNs` (`Delay`) |
+//! | `rtc` | no | wall time from the CMOS RTC: `Clock::set_wall_clock_from_rtc` (ports 0x70/0x71: opt-in) |
 //! | `std` | no | hosted mode for Linux user space ([`hosted`]) |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
@@ -116,23 +119,38 @@ extern crate std;
 mod candidate;
 mod check;
 mod clock;
+#[cfg(feature = "embedded-hal")]
+mod delay;
 #[cfg(feature = "embedded-time")]
 mod embedded;
+#[cfg(feature = "fugit")]
+mod fugit_types;
+pub mod global;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod hosted;
+pub mod lapic;
 mod platform;
 mod probe;
 mod report;
 mod select;
+mod wait;
+#[cfg(feature = "rtc")]
+mod wall_clock;
 
 pub use candidate::{Candidate, Demotion, Note, Rejection, SourceId, Verdict, MAX_CANDIDATES};
 pub use check::SelfCheck;
 pub use clock::{
     Clock, CpuError, NoClock, NoClockReason, WatchdogEvent, STUCK_READS, SWITCH_MARGIN_NS,
 };
+#[cfg(feature = "embedded-hal")]
+pub use delay::Delay;
+#[cfg(feature = "fugit")]
+pub use fugit_types::{FugitDuration, FugitInstant};
+pub use global::ClockNow;
 pub use platform::{HpetAccess, Platform};
 pub use probe::{probe, Probed, HPET_REGION_LEN};
 pub use report::{Report, Table};
+pub use wait::{Stalled, STALL_READS};
 
 /// The hardware-free core (trait, scaling, selection, watchdog).
 pub use clockhal_core as core_api;
@@ -161,6 +179,9 @@ pub use clockhal_kvmclock as kvmclock;
 /// The PIT backend.
 #[cfg(feature = "pit")]
 pub use clockhal_pit as pit;
+/// The CMOS RTC reader (wall time: [`Clock::set_wall_clock_from_rtc`]).
+#[cfg(feature = "rtc")]
+pub use clockhal_rtc as rtc;
 /// The TSC backend.
 #[cfg(feature = "tsc")]
 pub use clockhal_tsc as tsc;
@@ -203,6 +224,13 @@ const _: fn() = || {
     #[cfg(target_arch = "x86_64")]
     is_format::<Clock<clockhal_x86::Native>>();
     is_format::<WatchdogEvent>();
+    is_format::<Stalled>();
+    is_format::<global::AlreadyInstalled>();
+    is_format::<lapic::LapicRate>();
+    is_format::<lapic::LapicRateOrigin>();
+    is_format::<lapic::LapicError>();
+    #[cfg(feature = "embedded-hal")]
+    is_format::<Delay<'static>>();
     is_format::<HpetAccess<'static>>();
     is_format::<Platform<'static>>();
     is_format::<Report>();

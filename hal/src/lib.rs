@@ -11,6 +11,8 @@ mod cell;
 mod clamp;
 mod extend;
 mod frequency;
+#[cfg(feature = "fugit")]
+mod fugit_types;
 #[cfg(target_has_atomic = "64")]
 mod guard;
 mod map;
@@ -32,6 +34,8 @@ pub use cell::{Cell64, CriticalSectionCell, DefaultCell};
 pub use clamp::{ClampGranule, MonotonicClamp};
 pub use extend::WrapExtender;
 pub use frequency::{Frequency, FrequencyError};
+#[cfg(feature = "fugit")]
+pub use fugit_types::{FugitDuration, FugitInstant};
 #[cfg(target_has_atomic = "64")]
 pub use guard::MonotonicGuard;
 pub use map::TscMap;

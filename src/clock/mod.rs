@@ -338,13 +338,11 @@ impl<H: Hardware + Clone> Clock<H> {
         self.now().duration_since(earlier)
     }
 
-    /// Spins until `d` has passed on this clock (bounded by `d` plus one
-    /// read; reads stay monotonic, so it always ends).
-    pub fn spin_for(&self, d: Duration) {
-        let end = self.now().saturating_add(d);
-        while self.now() < end {
-            core::hint::spin_loop();
-        }
+    /// Spins until `d` has passed on this clock. Bounded even if the clock
+    /// stops: `Err` after [`STALL_READS`](crate::STALL_READS) identical
+    /// readings in a row (see [`Stalled`](crate::Stalled)).
+    pub fn spin_for(&self, d: Duration) -> Result<(), crate::Stalled> {
+        crate::wait::spin_until(|| self.now(), self.now().saturating_add(d), || true)
     }
 
     fn current_index(&self) -> usize {

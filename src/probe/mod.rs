@@ -254,6 +254,10 @@ pub(crate) struct Backends<H: Hardware + Clone> {
     pub(crate) acpi_pm: Option<AcpiPmBackend<H>>,
     pub(crate) pit: Option<PitBackend<H>>,
     pub(crate) extra: Option<&'static dyn ClockSource>,
+    /// What ACPI discovery found (`None`: the probe had no tables), for
+    /// later users such as the RTC's century register.
+    #[allow(dead_code)]
+    pub(crate) acpi: Option<Result<AcpiClocks, AcpiError>>,
     #[allow(dead_code)]
     lease: Lease<H>,
 }
@@ -403,6 +407,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
                 acpi_pm: None,
                 pit: None,
                 extra: None,
+                acpi: None,
                 lease,
             },
             hw,
@@ -453,6 +458,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
     if let Some(e) = extra {
         cx.usable(SourceId::Extra, e, Note::None);
     }
+    let acpi = cx.acpi;
     let backends = Backends {
         kvmclock,
         hyperv,
@@ -461,6 +467,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
         acpi_pm,
         pit,
         extra,
+        acpi,
         lease,
     };
     crate::finish(&mut report, &backends.sources(), &platform.self_check);

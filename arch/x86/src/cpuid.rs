@@ -110,7 +110,25 @@ pub struct TscLeaf {
     pub crystal_hz: u32,
 }
 
+/// Crystal rates believed in leaf 0x15 ECX. Real parts use 19.2, 24, 25
+/// or 38.4 MHz; a value outside 1..=100 MHz is garbage (QEMU TCG returns
+/// random words for leaves it does not implement).
+pub const PLAUSIBLE_CRYSTAL_HZ: core::ops::RangeInclusive<u32> = 1_000_000..=100_000_000;
+
 impl TscLeaf {
+    /// ECX, the core crystal clock in Hz, when enumerated and within
+    /// [`PLAUSIBLE_CRYSTAL_HZ`]. (On Intel parts that enumerate the ratio,
+    /// the local APIC timer runs at this rate too.)
+    ///
+    /// ```
+    /// use clockhal_x86::cpuid::tsc_leaf;
+    /// let m = clockhal_sim::SimMachine::bare_metal(); // 24 MHz crystal
+    /// assert_eq!(tsc_leaf(&m).unwrap().crystal(), Some(24_000_000));
+    /// ```
+    pub fn crystal(&self) -> Option<u32> {
+        Some(self.crystal_hz).filter(|hz| PLAUSIBLE_CRYSTAL_HZ.contains(hz))
+    }
+
     /// The exact TSC rate as `(numerator, denominator)` in Hz, only when all
     /// three values are non-zero.
     pub fn tsc_hz_ratio(&self) -> Option<(u128, u128)> {
@@ -285,6 +303,27 @@ pub fn timing_leaf<H: Hardware>(hw: &H, range: &HypervisorRange) -> Option<Timin
         tsc_khz: r.eax,
         apic_khz: r.ebx,
     })
+}
+
+/// The timing leaves a guest may believe, in order: the first hypervisor
+/// range's, then KVM's when another hypervisor (Hyper-V) owns the first;
+/// never reading above a range's maximum.
+///
+/// ```
+/// use clockhal_sim::SimMachine;
+/// use clockhal_x86::cpuid::timing_leaves;
+/// let leaf = timing_leaves(&SimMachine::qemu_kvm_invtsc()).next().unwrap();
+/// assert_eq!((leaf.tsc_khz, leaf.apic_khz), (2_600_000, 1_000_000));
+/// // QEMU TCG's range ends at 0x40000001: nothing is read above it.
+/// assert!(timing_leaves(&SimMachine::qemu_tcg()).next().is_none());
+/// ```
+pub fn timing_leaves<H: Hardware>(hw: &H) -> impl Iterator<Item = TimingLeaf> + '_ {
+    let first = first_hypervisor_range(hw);
+    let kvm = kvm(hw).map(|(r, _)| r).filter(|r| Some(*r) != first);
+    [first, kvm]
+        .into_iter()
+        .flatten()
+        .filter_map(move |range| timing_leaf(hw, &range))
 }
 
 /// The first hypervisor range found at 0x40000000 regardless of signature

@@ -129,18 +129,11 @@ pub(crate) fn plausible(f: &Frequency) -> bool {
     PLAUSIBLE_HZ.contains(&f.hz_rounded())
 }
 
-/// Crystal rates believed in leaf 0x15 ECX. Real parts use 19.2, 24, 25
-/// or 38.4 MHz; a value outside 1..=100 MHz is garbage (QEMU TCG returns
-/// random words for leaves it does not implement).
-const PLAUSIBLE_CRYSTAL_HZ: core::ops::RangeInclusive<u32> = 1_000_000..=100_000_000;
-
 /// CPUID leaf 0x15, when all three values are non-zero, the crystal rate is
-/// plausible and so is the result.
+/// plausible ([`cpuid::PLAUSIBLE_CRYSTAL_HZ`]) and so is the result.
 fn leaf15<H: Hardware>(hw: &H) -> Option<Frequency> {
     let leaf = cpuid::tsc_leaf(hw)?;
-    if !PLAUSIBLE_CRYSTAL_HZ.contains(&leaf.crystal_hz) {
-        return None;
-    }
+    leaf.crystal()?;
     let (num, den) = leaf.tsc_hz_ratio()?;
     Frequency::from_ratio(num, den).ok().filter(plausible)
 }
@@ -148,10 +141,7 @@ fn leaf15<H: Hardware>(hw: &H) -> Option<Frequency> {
 /// The hypervisor timing leaf of the first hypervisor range, or of KVM's
 /// when Hyper-V owns the first; never reading above a range's maximum.
 fn hypervisor_leaf<H: Hardware>(hw: &H) -> Option<Frequency> {
-    let first = cpuid::first_hypervisor_range(hw);
-    let kvm = cpuid::kvm(hw).map(|(r, _)| r).filter(|r| Some(*r) != first);
-    [first, kvm].into_iter().flatten().find_map(|range| {
-        let leaf = cpuid::timing_leaf(hw, &range)?;
+    cpuid::timing_leaves(hw).find_map(|leaf| {
         Frequency::from_hz(leaf.tsc_khz as u64 * 1_000)
             .ok()
             .filter(plausible)

@@ -1,4 +1,5 @@
-//! The local APIC, only as far as SMP bring-up needs it: ID and IPIs.
+//! The local APIC, only as far as SMP bring-up needs it: ID and IPIs (and
+//! register access for the timer in `apic_timer`).
 //!
 //! Uses xAPIC MMIO at the IA32_APIC_BASE address (0xFEE00000 under QEMU,
 //! mapped uncached), or the x2APIC MSRs if firmware already switched to
@@ -68,20 +69,23 @@ impl Lapic {
         Some(lapic)
     }
 
-    fn read(self, mmio_offset: u64, msr_index: u32) -> u32 {
+    pub(crate) fn read(self, mmio_offset: u64, msr_index: u32) -> u32 {
         match self {
             // SAFETY: a local APIC register in the uncached identity map;
-            // reads of ID/SVR/ICR have no side effects.
+            // reads of ID/SVR/ICR and the timer's current count have no side
+            // effects.
             Lapic::XApic(base) => unsafe { read_volatile((base + mmio_offset) as *const u32) },
             // SAFETY: x2APIC mode is on, so the register MSR exists.
             Lapic::X2Apic => unsafe { msr::rdmsr(msr_index) as u32 },
         }
     }
 
-    fn write(self, mmio_offset: u64, msr_index: u32, value: u32) {
+    pub(crate) fn write(self, mmio_offset: u64, msr_index: u32, value: u32) {
         match self {
             // SAFETY: a local APIC register in the uncached identity map; the
-            // registers written here (SVR) do not affect memory.
+            // registers written here (SVR; the timer's masked LVT entry,
+            // divide configuration and initial count) do not affect memory
+            // and deliver no interrupt.
             Lapic::XApic(base) => unsafe { write_volatile((base + mmio_offset) as *mut u32, value) },
             // SAFETY: x2APIC mode is on, so the register MSR exists.
             Lapic::X2Apic => unsafe { msr::wrmsr(msr_index, u64::from(value)) },

@@ -40,6 +40,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod acpi;
+mod apic_timer;
 mod cpu;
 mod entry;
 mod exit;
@@ -61,6 +62,7 @@ mod start_info;
 mod timeout;
 mod trampoline;
 
+pub use apic_timer::ApicTimer;
 pub use exit::{exit_qemu, EXIT_FAILURE, EXIT_SUCCESS};
 pub use hw::BootHw;
 pub use msr::{try_rdmsr, try_wrmsr};

@@ -12,6 +12,12 @@
 //!    each usable source forced in turn, and compares throughput;
 //! 5. exits QEMU with success (status 33).
 //!
+//! Along the way it uses the adapters: the clock is installed as the
+//! global clock (`clockhal::global`, the timestamps of the last line), the
+//! wall time comes from the CMOS RTC, the APIC timer's rate is stated or
+//! calibrated, the busy-wait is an embedded-hal `DelayNs`, and the RTC
+//! read is timed with fugit types.
+//!
 //! Run it with `./scripts/demo.sh` from the repository root.
 #![no_std]
 #![no_main]
@@ -20,9 +26,9 @@ mod workload;
 
 use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
 use clockhal::x86::{MmioRegion, OffsetMapping};
-use clockhal::{Clock, Duration, Platform, Policy, Scale, Verdict};
-use clockhal_boot::{println, smp::MAX_CPUS, BootHw, BootInfo};
-use core::hint::spin_loop;
+use clockhal::{Clock, Duration, FugitDuration, Platform, Policy, Scale, Verdict};
+use clockhal_boot::{println, smp::MAX_CPUS, ApicTimer, BootHw, BootInfo};
+use embedded_hal::delay::DelayNs;
 
 clockhal_boot::entry!(kmain);
 
@@ -31,6 +37,8 @@ clockhal_boot::entry!(kmain);
 static PVCLOCK: [PvclockVcpuTimeInfo; MAX_CPUS] = [const { PvclockVcpuTimeInfo::new() }; MAX_CPUS];
 /// The Hyper-V reference TSC page (page aligned by its type).
 static HV_PAGE: HvReferenceTscPage = HvReferenceTscPage::new();
+/// The clock, for the life of the system (also the global clock).
+static CLOCK: spin::Once<Clock<BootHw>> = spin::Once::new();
 
 /// clockhal-boot identity-maps the low 4 GiB; 3..4 GiB is uncached (MMIO).
 const IDENTITY_MAPPED: u64 = 1 << 32;
@@ -89,30 +97,123 @@ fn kmain(info: &BootInfo) -> ! {
     let probed = clockhal::probe(hw, platform);
     println!("\ncandidates:\n{}", probed.report().table());
     println!("choice: {}", probed.report());
-    // A real OS keeps the clock for the life of the system (in a static,
-    // see clockhal's docs); kmain never returns, so a local does here.
+    // The clock lives for the life of the system, in a static; installed
+    // as the global clock, code without a handle reads it too.
     let clock = match probed.into_clock() {
-        Ok(clock) => clock,
+        Ok(clock) => CLOCK.call_once(|| clock),
         Err(e) => {
             println!("unikernel: {e}");
             clockhal_boot::exit_qemu(clockhal_boot::EXIT_FAILURE)
         }
     };
-    println!("selected: {} at {}", clock.source_name(), Freq(&clock));
+    let _ = clockhal::global::install(clock);
+    println!("selected: {} at {}", clock.source_name(), Freq(clock));
+    wall_time(clock);
+    apic_timer(clock);
 
     // --- 3. 100 ms on the selected clock vs every other candidate --------
-    compare(&clock);
+    compare(clock, &mut clock.delay());
 
     // --- 4. Clock-heavy workload with each usable source forced -----------
     let ops = ops_from(info.cmdline);
-    let all_forced = run_workload(&clock, ops);
+    let all_forced = run_workload(clock, ops);
 
-    println!("\nunikernel: done ({} on the clock)", clock.now());
+    println!("\n[{}] unikernel: done", Stamp);
     if !all_forced {
         println!("unikernel: FAILED: a usable source could not be forced");
         clockhal_boot::exit_qemu(clockhal_boot::EXIT_FAILURE)
     }
     clockhal_boot::exit_qemu(clockhal_boot::EXIT_SUCCESS)
+}
+
+/// The global clock's reading as `seconds.micros` (`-` before it is
+/// installed): what a logger without a clock handle prints.
+struct Stamp;
+
+impl core::fmt::Display for Stamp {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match clockhal::global::now() {
+            Some(t) => write!(
+                f,
+                "{:5}.{:06}",
+                t.as_nanos() / 1_000_000_000,
+                t.as_nanos() / 1_000 % 1_000_000
+            ),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// Sets the wall time from the CMOS RTC (at its next second edge) and
+/// prints it, with how long the read took (timed in fugit's types) and how
+/// far kvmclock's wall clock, if it gave one at boot, was from it.
+fn wall_time(clock: &Clock<BootHw>) {
+    // Unix ns at clock 0, as known so far.
+    let epoch = |c: &Clock<BootHw>| c.unix_time_ns().map(|u| u.wrapping_sub(c.now().as_nanos()));
+    let kvmclock = epoch(clock);
+    let t0 = clock.now_fugit();
+    let result = clock.set_wall_clock_from_rtc(Duration::from_millis(1_100));
+    let took: FugitDuration = clock.now_fugit() - t0;
+    match result {
+        Ok(edge) => {
+            let off = kvmclock
+                .zip(epoch(clock))
+                .map(|(k, r)| k.wrapping_sub(r) as i64 / 1_000_000);
+            println!(
+                "wall time: {} from the RTC's second edge (+/- {} us, read in {} ms){}",
+                edge.time,
+                edge.uncertainty_ns.div_ceil(1_000),
+                took.as_millis(),
+                KvmclockOff(off),
+            );
+        }
+        Err(e) => println!("wall time: RTC: {e}"),
+    }
+}
+
+/// "; kvmclock's wall clock: N ms from it", when kvmclock gave one.
+struct KvmclockOff(Option<i64>);
+
+impl core::fmt::Display for KvmclockOff {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0 {
+            Some(ms) => write!(f, "; kvmclock's wall clock: {ms:+} ms from it"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The APIC timer's rate: as the platform states it, and as measured
+/// against the clock over 10 ms (at the divide configuration the boot
+/// crate sets), in one line.
+fn apic_timer(clock: &Clock<BootHw>) {
+    let stated = Stated(clock.lapic_rate());
+    let Some(timer) = ApicTimer::this_cpu() else {
+        return println!("apic timer: {stated}; no local APIC to measure");
+    };
+    match clock.calibrate_lapic(
+        |n| timer.start(n),
+        || timer.current(),
+        Duration::from_millis(10),
+    ) {
+        Ok(r) => println!(
+            "apic timer: {stated}; measured {r} at divide {}",
+            ApicTimer::DIVIDER
+        ),
+        Err(e) => println!("apic timer: {stated}; {e}"),
+    }
+}
+
+/// A stated APIC timer rate, or that there is none.
+struct Stated(Option<clockhal::lapic::LapicRate>);
+
+impl core::fmt::Display for Stated {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match &self.0 {
+            Some(r) => write!(f, "stated {r}"),
+            None => f.write_str("rate not stated"),
+        }
+    }
 }
 
 /// `ops=N` on the command line, else [`DEFAULT_OPS`].
@@ -170,14 +271,15 @@ impl Bracket {
     }
 }
 
-/// Busy-waits [`COMPARE_FOR`] on `clock` and prints what every other
+/// Busy-waits [`COMPARE_FOR`] on `clock` (with `delay`, an embedded-hal
+/// delay as a driver would take it) and prints what every other
 /// constructed candidate measured over the same interval.
 ///
 /// Each candidate is read between two reads of the selected source, at the
 /// start and at the end; its interval is compared with the selected
 /// source's interval between the bracket midpoints, so slow (trapping)
 /// reads do not bias the result, and the bracket widths bound the error.
-fn compare(clock: &Clock<BootHw>) {
+fn compare(clock: &Clock<BootHw>, delay: &mut impl DelayNs) {
     let selected = clock.source_id();
     let (Some(sel), Some(sel_hz)) = (clock.source(), clock.frequency()) else {
         return;
@@ -209,9 +311,7 @@ fn compare(clock: &Clock<BootHw>) {
             *b = Bracket::take(sel, p.source);
         }
     }
-    while clock.elapsed(t0) < COMPARE_FOR {
-        spin_loop();
-    }
+    delay.delay_ms(COMPARE_FOR.as_millis() as u32);
     for (p, b) in list.iter().zip(&mut end) {
         if let Some(p) = p {
             *b = Bracket::take(sel, p.source);

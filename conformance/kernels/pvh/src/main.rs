@@ -183,7 +183,9 @@ fn kmain(info: &'static BootInfo) -> ! {
 fn settle(clock: &clockhal::Clock<clockhal_boot::BootHw>) -> clockhal::Report {
     const TICKS: u32 = 10;
     for i in 1..=TICKS {
-        clock.spin_for(clockhal::Duration::from_millis(250));
+        if let Err(e) = clock.spin_for(clockhal::Duration::from_millis(250)) {
+            println!("kernel: watchdog tick {i}: {e}");
+        }
         match clock.watchdog_tick() {
             clockhal::WatchdogEvent::Judged { .. } => {}
             e => println!("kernel: watchdog tick {i}: {e:?}"),
