@@ -63,11 +63,11 @@ for p in "${LIBS[@]}"; do
     cargo build -q -p "$p" --target x86_64-unknown-none --no-default-features
 done
 cargo build -q -p clockhal --target x86_64-unknown-none --no-default-features
-for f in kvmclock hyperv tsc hpet acpi-pm pit rtc defmt embedded-time fugit embedded-hal; do
+for f in kvmclock hyperv tsc hpet acpi-pm pit rtc defmt embedded-time fugit embedded-hal x86_64; do
     echo "  clockhal --features $f"
     cargo build -q -p clockhal --target x86_64-unknown-none --no-default-features --features "$f"
 done
-cargo build -q -p clockhal --target x86_64-unknown-none --features rtc,defmt,embedded-time,fugit,embedded-hal
+cargo build -q -p clockhal --target x86_64-unknown-none --features rtc,defmt,embedded-time,fugit,embedded-hal,x86_64
 
 step "docs (warnings are errors) and the READMEs' docs.rs links"
 RUSTDOCFLAGS="-D warnings" cargo doc -q --workspace --no-deps --all-features
@@ -90,7 +90,7 @@ rustup toolchain install "$MSRV" --profile minimal --target x86_64-unknown-none 
 msrv_build() { CARGO_TARGET_DIR=target/msrv cargo "+$MSRV" build -q --locked "$@"; }
 msrv_build "${LIBS[@]/#/--package=}" --package=clockhal --package=clockhal-sim --package=clockhal-linux --all-features
 msrv_build "${LIBS[@]/#/--package=}" --package=clockhal --target x86_64-unknown-none \
-    --features clockhal/defmt,clockhal/embedded-time,clockhal/fugit,clockhal/embedded-hal,clockhal/rtc
+    --features clockhal/defmt,clockhal/embedded-time,clockhal/fugit,clockhal/embedded-hal,clockhal/rtc,clockhal/x86_64
 
 # Every publishable crate, packaged in dependency order and each package
 # built from its own .crate against the others (a local registry overlay);

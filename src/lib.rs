@@ -108,6 +108,7 @@
 //! | `fugit` | no | `Instant`/`Duration` convert to and from fugit's nanosecond types, `Clock::now_fugit` |
 //! | `embedded-hal` | no | `Clock::delay()`: an embedded-hal 1.0 `DelayNs` (`Delay`) |
 //! | `rtc` | no | wall time from the CMOS RTC: `Clock::set_wall_clock_from_rtc` (ports 0x70/0x71: opt-in) |
+//! | `x86_64` | no | rust-osdev `x86_64` types taken as they are (`x86::paging`: `OffsetMapping::from_x86_64`, `PhysMapped::translated`, `map_mmio`) |
 //! | `std` | no | hosted mode for Linux user space ([`hosted`]) |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]

@@ -9,6 +9,9 @@ mod hardware;
 mod memory;
 #[cfg(target_arch = "x86_64")]
 mod native;
+#[cfg(feature = "x86_64")]
+#[cfg_attr(docsrs, doc(cfg(feature = "x86_64")))]
+pub mod paging;
 pub mod paravirt;
 pub mod pit;
 mod sync;

@@ -4,18 +4,15 @@
 
 use crate::memory::Memory;
 use clockhal::tsc::SyncStatus;
-use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
-use clockhal::x86::{MmioRegion, Native, OffsetMapping};
+use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockPage};
+use clockhal::x86::{Native, OffsetMapping};
 use clockhal::{Clock, Platform, Policy, Report};
-use core::cell::{Cell, RefCell};
+use core::cell::RefCell;
 use core::fmt::Write;
+use x86_64::{PhysAddr, VirtAddr};
 
-/// kvmclock's per-vCPU area (this kernel runs on one CPU), alone in a page
-/// so that it is physically contiguous.
-#[repr(C, align(4096))]
-struct PvclockPage([PvclockVcpuTimeInfo; 1]);
-
-static PVCLOCK: PvclockPage = PvclockPage([PvclockVcpuTimeInfo::new()]);
+/// kvmclock's per-vCPU areas: one page-aligned page, so one frame.
+static PVCLOCK: PvclockPage = PvclockPage::new();
 static HV_PAGE: HvReferenceTscPage = HvReferenceTscPage::new();
 
 /// Everything the bootloader told us that clockhal needs.
@@ -37,17 +34,24 @@ pub fn probe(
 ) -> (Report, Option<Clock<Native>>) {
     // SAFETY: bootloader_api's `physical_memory` mapping maps all physical
     // memory up to `phys_end` at this offset; ACPI tables are plain memory.
-    let phys = unsafe { OffsetMapping::new(inputs.memory.phys_offset(), inputs.phys_end) };
-    let areas = inputs.memory.phys_addr_of(&PVCLOCK.0);
-    let hv_page = inputs.memory.phys_addr_of(&HV_PAGE);
+    let phys = unsafe {
+        OffsetMapping::from_x86_64(
+            VirtAddr::new(inputs.memory.phys_offset()),
+            PhysAddr::new(inputs.phys_end),
+        )
+    };
+    // SAFETY: the tables are the live address space; PVCLOCK is reserved
+    // for the hypervisor's writes forever.
+    let areas = unsafe { PhysMapped::translated(&PVCLOCK, inputs.memory.tables()) };
+    // SAFETY: as for PVCLOCK.
+    let hv_page = unsafe { PhysMapped::translated(&HV_PAGE, inputs.memory.tables()) };
     let memory = RefCell::new(inputs.memory);
-    let hpet_mapping = Cell::new(None);
+    let hpet_mapping = RefCell::new(None);
     let mut map_hpet = |base: u64, len: usize| {
-        let virt = memory.borrow_mut().map_uncached(base, len)?;
-        hpet_mapping.set(Some((base, virt)));
-        // SAFETY: `virt` now maps the HPET's registers (named by ACPI)
-        // uncached, in address space nothing else uses.
-        unsafe { MmioRegion::new(virt as usize, len) }
+        let mapped = memory.borrow_mut().map_uncached(base, len);
+        let region = mapped.as_ref().ok().copied();
+        *hpet_mapping.borrow_mut() = Some((base, mapped));
+        region
     };
 
     let mut platform = Platform::new()
@@ -58,19 +62,29 @@ pub fn probe(
     if let Some(rsdp) = inputs.rsdp {
         platform = platform.acpi(rsdp, &phys);
     }
-    if let Some(pa) = areas {
-        // SAFETY: the physical address comes from the page tables; PVCLOCK
-        // is a static, reserved for the hypervisor's writes forever.
-        platform = platform.pvclock_areas(unsafe { PhysMapped::new(&PVCLOCK.0[..], pa) });
+    match areas {
+        Ok(areas) => platform = platform.pvclock_areas(areas.areas()),
+        Err(e) => {
+            let _ = writeln!(out, "kernel: no kvmclock areas: {e}");
+        }
     }
-    if let Some(pa) = hv_page {
-        // SAFETY: as for PVCLOCK (one aligned 4 KiB page).
-        platform = platform.hyperv_tsc_page(unsafe { PhysMapped::new(&HV_PAGE, pa) });
+    match hv_page {
+        Ok(page) => platform = platform.hyperv_tsc_page(page),
+        Err(e) => {
+            let _ = writeln!(out, "kernel: no Hyper-V page: {e}");
+        }
     }
     let probed = clockhal::probe(hw, platform);
-    if let Some((phys, virt)) = hpet_mapping.get() {
-        let flags = memory.borrow().flags_of(virt);
-        let _ = writeln!(out, "kernel: HPET {phys:#x} mapped at {virt:#x}, {flags:?}");
+    match hpet_mapping.into_inner() {
+        Some((phys, Ok(region))) => {
+            let virt = region.base() as u64;
+            let flags = memory.borrow().flags_of(virt);
+            let _ = writeln!(out, "kernel: HPET {phys:#x} mapped at {virt:#x}, {flags:?}");
+        }
+        Some((phys, Err(e))) => {
+            let _ = writeln!(out, "kernel: HPET {phys:#x} not mapped: {e}");
+        }
+        None => {}
     }
     let report = *probed.report();
     let _ = writeln!(out, "kernel: choice: {report:#}");

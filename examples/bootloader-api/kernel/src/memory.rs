@@ -1,13 +1,16 @@
 //! Page tables, blog_os style: the bootloader maps all physical memory at an
-//! offset; an `OffsetPageTable` over the active level-4 table translates
-//! addresses and maps the HPET uncached, with frames for new tables taken
-//! from the usable regions of the bootloader's memory map.
+//! offset; an `OffsetPageTable` over the active level-4 table, handed to
+//! clockhal's `x86_64`-crate functions as it is, translates addresses and
+//! maps the HPET uncached, with frames for new tables taken from the usable
+//! regions of the bootloader's memory map.
 
 use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
+use clockhal::x86::paging::{map_mmio, MapMmioError};
+use clockhal::x86::MmioRegion;
 use x86_64::registers::control::Cr3;
 use x86_64::structures::paging::{
-    mapper::TranslateResult, FrameAllocator, Mapper, OffsetPageTable, Page, PageTable,
-    PageTableFlags, PhysFrame, Size4KiB, Translate,
+    mapper::TranslateResult, FrameAllocator, OffsetPageTable, PageTable, PageTableFlags, PhysFrame,
+    Size4KiB, Translate,
 };
 use x86_64::{PhysAddr, VirtAddr};
 
@@ -46,21 +49,9 @@ impl Memory {
         self.phys_offset
     }
 
-    /// The physical address of `value`, if all of its bytes are mapped to
-    /// consecutive physical addresses.
-    pub fn phys_addr_of<T: ?Sized>(&self, value: &T) -> Option<u64> {
-        let start = value as *const T as *const u8 as u64;
-        let len = core::mem::size_of_val(value) as u64;
-        let phys = self.tables.translate_addr(VirtAddr::new(start))?.as_u64();
-        let mut at = (start & !(PAGE - 1)) + PAGE;
-        while at < start + len {
-            let p = self.tables.translate_addr(VirtAddr::new(at))?.as_u64();
-            if p != phys + (at - start) {
-                return None;
-            }
-            at += PAGE;
-        }
-        Some(phys)
+    /// The page tables (translation for clockhal's hypervisor-shared memory).
+    pub fn tables(&self) -> &OffsetPageTable<'static> {
+        &self.tables
     }
 
     /// The page-table flags of the page holding `virt`, if mapped.
@@ -73,32 +64,26 @@ impl Memory {
 
     /// Maps the device registers at `phys..phys + len` uncached (the
     /// physical-memory mapping is write-back) in an unused part of the
-    /// address space; returns their virtual address.
-    pub fn map_uncached(&mut self, phys: u64, len: usize) -> Option<u64> {
+    /// address space, through clockhal's `map_mmio`.
+    pub fn map_uncached(&mut self, phys: u64, len: usize) -> Result<MmioRegion, MapMmioError> {
         // A level-4 entry nobody uses is 512 GiB of free address space.
         let l4 = self.tables.level_4_table();
-        let slot = (1..256).find(|&i| l4[i].is_unused())?;
-        let virt_base = (slot as u64) << 39;
-        let first = phys & !(PAGE - 1);
-        let end = phys.checked_add(len as u64)?;
-        let flags = PageTableFlags::PRESENT
-            | PageTableFlags::WRITABLE
-            | PageTableFlags::NO_CACHE
-            | PageTableFlags::WRITE_THROUGH
-            | PageTableFlags::NO_EXECUTE;
-        let mut frame_at = first;
-        while frame_at < end {
-            let page =
-                Page::<Size4KiB>::containing_address(VirtAddr::new(virt_base + (frame_at - first)));
-            let frame = PhysFrame::containing_address(PhysAddr::new(frame_at));
-            // SAFETY: the page lies in an unused level-4 slot, so no other
-            // mapping aliases it; the frame holds device registers, not
-            // memory any Rust object lives in.
-            let flush = unsafe { self.tables.map_to(page, frame, flags, &mut self.frames) }.ok()?;
-            flush.flush();
-            frame_at += PAGE;
+        let Some(slot) = (1..256).find(|&i| l4[i].is_unused()) else {
+            return Err(MapMmioError::Overflow);
+        };
+        let virt = VirtAddr::new((slot as u64) << 39);
+        // SAFETY: these are the live tables; the level-4 slot is unused, so
+        // the range is ours alone; `phys` names device registers (ACPI's
+        // HPET), which no Rust object lives in.
+        unsafe {
+            map_mmio(
+                &mut self.tables,
+                &mut self.frames,
+                virt,
+                PhysAddr::new(phys),
+                len,
+            )
         }
-        Some(virt_base + (phys - first))
     }
 }
 
