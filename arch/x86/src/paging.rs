@@ -394,51 +394,32 @@ mod tests {
     #[test]
     fn refuses_bad_ranges_without_touching_the_tables() {
         let (mut mapper, mut frames) = tables(8);
-        assert!(matches!(
-            map(&mut mapper, &mut frames, VIRT, HPET, 0),
-            Err(MapMmioError::Empty)
-        ));
-        assert!(matches!(
-            map(&mut mapper, &mut frames, VIRT + 8, HPET, 8),
-            Err(MapMmioError::Misaligned)
-        ));
-        assert!(matches!(
-            map(&mut mapper, &mut frames, VIRT, HPET + 4, 8),
-            Err(MapMmioError::Misaligned)
-        ));
-        // Past the top of the physical address space (2^52).
-        assert!(matches!(
-            map(
-                &mut mapper,
-                &mut frames,
-                VIRT,
-                (1 << 52) - PAGE,
-                2 * PAGE as usize
-            ),
-            Err(MapMmioError::Overflow)
-        ));
-        // Past the top of the lower canonical half.
-        assert!(matches!(
-            map(
-                &mut mapper,
-                &mut frames,
-                (1 << 47) - PAGE,
-                HPET,
-                2 * PAGE as usize
-            ),
-            Err(MapMmioError::Overflow)
-        ));
-        // Past the top of the address space.
-        assert!(matches!(
-            map(
-                &mut mapper,
-                &mut frames,
-                u64::MAX - PAGE + 1,
-                HPET,
-                2 * PAGE as usize
-            ),
-            Err(MapMmioError::Overflow)
-        ));
+        let two_pages = 2 * PAGE as usize;
+        // (virtual base, registers, length, what is wrong)
+        let cases = [
+            (VIRT, HPET, 0, "empty"),
+            (VIRT + 8, HPET, 8, "misaligned"),
+            (VIRT, HPET + 4, 8, "misaligned"),
+            // Past the top of the physical address space (2^52).
+            (VIRT, (1 << 52) - PAGE, two_pages, "overflow"),
+            // Past the top of the lower canonical half.
+            ((1 << 47) - PAGE, HPET, two_pages, "overflow"),
+            // Past the top of the address space.
+            (u64::MAX - PAGE + 1, HPET, two_pages, "overflow"),
+        ];
+        for (virt, phys, len, wrong) in cases {
+            let got = map(&mut mapper, &mut frames, virt, phys, len);
+            let ok = match got {
+                Err(MapMmioError::Empty) => wrong == "empty",
+                Err(MapMmioError::Misaligned) => wrong == "misaligned",
+                Err(MapMmioError::Overflow) => wrong == "overflow",
+                _ => false,
+            };
+            assert!(
+                ok,
+                "{virt:#x} -> {phys:#x} + {len}: want {wrong}, got {got:?}"
+            );
+        }
         assert!(frames.taken.is_empty(), "nothing mapped");
     }
 
