@@ -160,23 +160,24 @@ mod tests {
     use std::sync::Arc;
     use std::vec::Vec;
 
-    #[test]
-    fn concurrent_results_are_ordered() {
-        // Four "CPUs" whose clocks disagree by up to +-50 units; the sequence
-        // of values each thread sees must never decrease, and every value must
-        // be one some thread actually produced or a later one.
-        let clamp: Arc<MonotonicClamp> = Arc::new(MonotonicClamp::new());
-        let truth = Arc::new(AtomicU64::new(1000));
+    /// Four "CPUs" read a shared true time (advancing `step` per read)
+    /// through `clamp`, each off by up to `spread / 2` either way. Every
+    /// thread's results never decrease, are multiples of the granule, and
+    /// are never ahead of a value some thread produced.
+    fn four_cpus(clamp: &Arc<MonotonicClamp>, start: u64, step: u64, spread: u64) {
+        let truth = Arc::new(AtomicU64::new(start));
         let threads: Vec<_> = (0..4u64)
             .map(|cpu| {
                 let (clamp, truth) = (clamp.clone(), truth.clone());
                 std::thread::spawn(move || {
+                    let units = clamp.granule().units();
                     let mut prev = 0;
                     for i in 0..if cfg!(miri) { 200 } else { 100_000u64 } {
-                        let t = truth.fetch_add(1, Ordering::SeqCst);
-                        let skew = (cpu * 37 + i) % 101;
-                        let v = clamp.clamp(t - 50 + skew);
-                        assert!(v >= prev);
+                        let t = truth.fetch_add(step, Ordering::SeqCst);
+                        let skew = (cpu * 37 + i) % (spread + 1);
+                        let v = clamp.clamp(t - spread / 2 + skew);
+                        assert!(v >= prev && v % units == 0, "{v} after {prev}");
+                        assert!(v <= truth.load(Ordering::SeqCst) + spread / 2 + 1);
                         prev = v;
                     }
                 })
@@ -188,29 +189,16 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_results_are_ordered() {
+        // Clocks that disagree by up to +-50 units.
+        four_cpus(&Arc::new(MonotonicClamp::new()), 1000, 1, 100);
+    }
+
+    #[test]
     fn a_coarse_clamp_orders_every_result_and_rounds_handovers_up() {
         let g = ClampGranule::from_log2(8).unwrap();
         let clamp: Arc<MonotonicClamp> = Arc::new(MonotonicClamp::with_granule(g));
-        let truth = Arc::new(AtomicU64::new(1_000_000));
-        let threads: Vec<_> = (0..4u64)
-            .map(|cpu| {
-                let (clamp, truth) = (clamp.clone(), truth.clone());
-                std::thread::spawn(move || {
-                    let mut prev = 0;
-                    for i in 0..if cfg!(miri) { 200 } else { 100_000u64 } {
-                        let t = truth.fetch_add(7, Ordering::SeqCst);
-                        let v = clamp.clamp(t - 500 + (cpu * 37 + i) % 1001);
-                        assert!(v >= prev && v % 256 == 0, "{v} after {prev}");
-                        // Never ahead of what some reader produced.
-                        assert!(v <= truth.load(Ordering::SeqCst) + 501);
-                        prev = v;
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+        four_cpus(&clamp, 1_000_000, 7, 1000);
         let last = clamp.last();
         assert_eq!(clamp.absorb(last + 1), last + 256);
         assert_eq!(clamp.clamp(last + 300), last + 256);

@@ -117,7 +117,7 @@ impl TscMap {
         let Some(dns) = ns_limit.checked_sub(self.apply(tsc0)) else {
             return 0;
         };
-        let slope = (self.int as u128) << 64 | self.frac as u128;
+        let slope = self.slope_q64();
         if slope == 0 {
             return u64::MAX;
         }
@@ -144,12 +144,16 @@ impl TscMap {
         (self.int, self.frac)
     }
 
+    /// The slope as one Q64.64 number of ns per tick.
+    pub(crate) const fn slope_q64(&self) -> u128 {
+        (self.int as u128) << 64 | self.frac as u128
+    }
+
     /// `self`'s slope relative to `other`'s, in parts per million
     /// (positive: `self` runs faster), saturating; `None` if `other`'s
     /// slope is zero.
     pub fn slope_ppm_from(&self, other: &TscMap) -> Option<i64> {
-        let a = (self.int as u128) << 64 | self.frac as u128;
-        let b = (other.int as u128) << 64 | other.frac as u128;
+        let (a, b) = (self.slope_q64(), other.slope_q64());
         if b == 0 {
             return None;
         }

@@ -24,13 +24,14 @@
 //! assert_eq!(select::best(&[hpet, broken, kvm]), Some(2));
 //! ```
 
-use crate::{ClockSource, Frequency, Quality, ReadCost, Stability};
+use crate::{Frequency, Quality, ReadCost, Stability};
 use core::cmp::Ordering;
 
 /// What ranking needs to know of a source: its rating, exit cost,
 /// stability flags and rate. Selection ranks descriptors, never the
 /// sources themselves, so a probe report can be ranked without the
-/// backends (and without reading anything).
+/// backends (and without reading anything). A source's own is
+/// [`ClockSource::descriptor`](crate::ClockSource::descriptor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Descriptor {
@@ -42,18 +43,6 @@ pub struct Descriptor {
     pub stability: Stability,
     /// Exact tick rate.
     pub frequency: Frequency,
-}
-
-impl Descriptor {
-    /// The descriptor `source` reports now.
-    pub fn of(source: &dyn ClockSource) -> Descriptor {
-        Descriptor {
-            rating: source.quality(),
-            read_cost: source.read_cost(),
-            stability: source.stability(),
-            frequency: source.frequency(),
-        }
-    }
 }
 
 /// Compares two sources: `Less` means `a` ranks *before* (is better than) `b`.

@@ -115,13 +115,9 @@ impl MapSlot {
     /// [`unchanged`](Self::unchanged) after using the entry.
     #[inline(always)]
     pub fn load(&self) -> Option<(u32, SlotEntry)> {
-        let seq = self.seq.load(Ordering::Acquire);
-        if seq & 1 != 0 || seq == 0 {
-            return None;
-        }
+        let seq = self.begin()?;
         let r = Ordering::Relaxed;
-        let add = (self.add_hi.load(r) as u128) << 64 | self.add_lo.load(r) as u128;
-        let map = TscMap::from_words(self.int.load(r) as u64, self.frac.load(r), add);
+        let map = self.map_words();
         let tsc = self.tsc0.load(r);
         Some((
             seq,
@@ -133,6 +129,30 @@ impl MapSlot {
                 limit: map.apply(tsc.saturating_add(self.span.load(r))),
             },
         ))
+    }
+
+    /// Starts a read of the entry: the sequence to re-check with
+    /// [`unchanged`](Self::unchanged), or `None` if the slot was never
+    /// filled or a writer is active.
+    #[inline(always)]
+    fn begin(&self) -> Option<u32> {
+        let seq = self.seq.load(Ordering::Acquire);
+        if seq & 1 != 0 || seq == 0 {
+            return None;
+        }
+        Some(seq)
+    }
+
+    /// The entry's map, from its words (relaxed loads: valid only between
+    /// [`begin`](Self::begin) and a successful [`unchanged`](Self::unchanged)).
+    #[inline(always)]
+    fn map_words(&self) -> TscMap {
+        let r = Ordering::Relaxed;
+        TscMap::from_words(
+            self.int.load(r) as u64,
+            self.frac.load(r),
+            (self.add_hi.load(r) as u128) << 64 | self.add_lo.load(r) as u128,
+        )
     }
 
     /// Whether the entry [`load`](Self::load) returned under `seq` is still
@@ -228,31 +248,23 @@ impl MapSlot {
         tag: impl FnOnce() -> Option<u32>,
         tsc: impl FnOnce() -> u64,
     ) -> Option<CachedRead> {
-        let slot = self;
-        let seq = slot.seq.load(Ordering::Acquire);
-        if seq & 1 != 0 || seq == 0 {
-            return None;
-        }
+        let seq = self.begin()?;
         let t = tsc();
         let r = Ordering::Relaxed;
         // Checks first, map after: fewer values live at once (no spills on
         // the multiply's path); all loads still precede the re-check.
-        let e_epoch = slot.epoch.load(r);
+        let e_epoch = self.epoch.load(r);
         if e_epoch & !SlotEntry::ORDERED != epoch
-            || t.wrapping_sub(slot.tsc0.load(r)) > slot.span.load(r)
-            || tag()? != slot.tag.load(r)
+            || t.wrapping_sub(self.tsc0.load(r)) > self.span.load(r)
+            || tag()? != self.tag.load(r)
         {
             return None;
         }
         // The window check is on the TSC itself (one subtract, off the
         // multiply's path): a TSC before the validation point or past the
         // limit goes to the slow path.
-        let map = TscMap::from_words(
-            slot.int.load(r) as u64,
-            slot.frac.load(r),
-            (slot.add_hi.load(r) as u128) << 64 | slot.add_lo.load(r) as u128,
-        );
-        if !slot.unchanged(seq) {
+        let map = self.map_words();
+        if !self.unchanged(seq) {
             return None;
         }
         let ns = map.apply(t);
@@ -357,11 +369,7 @@ impl PerCpuSlots {
     #[inline(always)]
     pub fn raise(&self, cpu: usize, value: u64, local: impl FnOnce(&AtomicU64, u64) -> u64) -> u64 {
         let (slot, own) = self.get(cpu);
-        if own {
-            local(slot.floor(), value)
-        } else {
-            slot.floor().fetch_max(value, Ordering::AcqRel).max(value)
-        }
+        Self::raise_in(slot, own, value, local)
     }
 
     /// CPU `cpu`'s floor (the largest value it returned).

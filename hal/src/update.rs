@@ -160,11 +160,7 @@ pub fn judge_update(
 
 /// Whether `map`'s slope is within a factor `range` of `probe`'s.
 fn rate_in_range(map: &TscMap, probe: &TscMap, range: u64) -> bool {
-    let q = |m: &TscMap| {
-        let (i, f) = m.slope();
-        (i as u128) << 64 | f as u128
-    };
-    let (a, b) = (q(map), q(probe));
+    let (a, b) = (map.slope_q64(), probe.slope_q64());
     let r = range.max(1) as u128;
     // a / b within [1/r, r], without overflow (slopes are below 2^96).
     a.saturating_mul(r) >= b && b.saturating_mul(r) >= a

@@ -45,7 +45,7 @@
 //! so) are skipped without forgetting the strikes, so frequent pauses do
 //! not disable drift detection.
 
-use crate::{ppm, Duration, Frequency, Scale};
+use crate::{ppm, Bracketed, Duration, Frequency, Scale};
 
 /// Most members one watchdog can compare.
 pub const MAX_MEMBERS: usize = 16;
@@ -180,6 +180,16 @@ impl Round {
             ref_before,
             ref_after,
             ticks: [None; MAX_MEMBERS],
+        }
+    }
+
+    /// The reference's read-back window (its midpoint stands for the
+    /// reference's reading).
+    const fn window(&self) -> Bracketed {
+        Bracketed {
+            before: self.ref_before,
+            inner: 0,
+            after: self.ref_after,
         }
     }
 }
@@ -379,14 +389,14 @@ impl Watchdog {
         let Some((_, ref_scale)) = self.member(reference) else {
             return Judgement::only(Outcome::Skipped);
         };
-        let Some(window) = round.ref_after.checked_sub(round.ref_before) else {
+        let Some(window) = round.window().width() else {
             return Judgement::only(Outcome::Discarded(Duration::MAX));
         };
         let window_ns = ref_scale.ticks_to_ns(window);
         if window_ns > self.config.max_read_delay.as_nanos() {
             return Judgement::only(Outcome::Discarded(Duration::from_nanos(window_ns)));
         }
-        let Some((base, base_ref)) = self.base.filter(|(_, r)| *r == reference) else {
+        let Some((base, _)) = self.base.filter(|(_, r)| *r == reference) else {
             self.base = Some((*round, reference));
             return Judgement::only(Outcome::Started);
         };
@@ -394,11 +404,9 @@ impl Watchdog {
             self.base = Some((*round, reference));
             return Judgement::only(Outcome::Skipped);
         }
-        let _ = base_ref;
-        let mid = |r: &Round| ((r.ref_before as u128 + r.ref_after as u128) / 2) as u64;
         let min_ns = self.config.min_interval.as_nanos();
         // The reference's interval, and every other member's.
-        let (ref_ns, ref_back) = match mid(round).checked_sub(mid(&base)) {
+        let (ref_ns, ref_back) = match round.window().mid().checked_sub(base.window().mid()) {
             Some(t) => (ref_scale.ticks_to_ns(t), false),
             None => (0, true),
         };
@@ -422,21 +430,21 @@ impl Watchdog {
                 None => Elapsed::Backwards,
             };
         }
-        let longest_other = elapsed
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != reference)
-            .filter_map(|(_, e)| match e {
-                Elapsed::Ns(n) => Some(*n),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
         if ref_back {
             self.base = Some((*round, reference));
             return Judgement::only(Outcome::ReferenceFailed(Fault::SteppedBack));
         }
         if ref_ns < min_ns {
+            let longest_other = elapsed
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != reference)
+                .filter_map(|(_, e)| match e {
+                    Elapsed::Ns(n) => Some(*n),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0);
             let stopped = min_ns.saturating_mul(self.config.stopped_factor.max(2) as u64);
             if longest_other >= stopped && ref_ns.saturating_mul(10) < longest_other {
                 self.base = Some((*round, reference));
@@ -451,7 +459,7 @@ impl Watchdog {
         // Every rate as ppm of skew against the reference. Each end of the
         // interval is placed at its window's midpoint, off by at most half
         // that window.
-        let base_window_ns = ref_scale.ticks_to_ns(base.ref_after.saturating_sub(base.ref_before));
+        let base_window_ns = ref_scale.ticks_to_ns(base.window().width().unwrap_or(0));
         let unc = ppm(((base_window_ns + window_ns) / 2) as i128, ref_ns).unsigned_abs();
         let mut skew = [None::<i64>; MAX_MEMBERS];
         let mut verdicts = [MemberVerdict::NotJudged; MAX_MEMBERS];
@@ -459,7 +467,9 @@ impl Watchdog {
         for i in 0..MAX_MEMBERS {
             match elapsed[i] {
                 Elapsed::Ns(n) => {
-                    if n == 0 && ref_ns >= min_ns {
+                    // The reference advanced min_interval or more (ref_ns >=
+                    // min_ns here); this member did not.
+                    if n == 0 {
                         fault[i] = Some(Fault::Stopped);
                     }
                     skew[i] = Some(ppm(n as i128 - ref_ns as i128, ref_ns));
@@ -619,6 +629,33 @@ mod tests {
     }
 
     impl Sim {
+        /// `members` (whole-Hz rates) off by `ppm` each, none stopped.
+        fn new(members: &[Member], ppm: &[i64]) -> Sim {
+            assert_eq!(members.len(), ppm.len());
+            let rates = members
+                .iter()
+                .map(|m| {
+                    assert_eq!(m.rate.denominator(), 1);
+                    m.rate.numerator()
+                })
+                .collect();
+            Sim {
+                rates,
+                ppm: ppm.to_vec(),
+                stopped: vec![false; members.len()],
+            }
+        }
+        /// A watchdog over `members` that has taken its first round (true
+        /// time 0) around `reference`.
+        fn start(&self, members: &[Member], cfg: WatchdogConfig, reference: usize) -> Watchdog {
+            let mut w = Watchdog::new(members, cfg);
+            assert_eq!(
+                w.check(&self.round(reference, 0), reference, 0, false)
+                    .outcome,
+                Outcome::Started
+            );
+            w
+        }
         fn ticks(&self, i: usize, t_ns: u64) -> u64 {
             if self.stopped[i] {
                 return 1_000;
@@ -649,16 +686,8 @@ mod tests {
     #[test]
     fn majority_blames_the_drifting_reference_not_the_current_source() {
         // HPET 1000 ppm fast, kvmclock and PM agree; HPET is the reference.
-        let sim = Sim {
-            rates: vec![NS, 100_000_000, 3_579_545],
-            ppm: vec![0, 1000, 0],
-            stopped: vec![false; 3],
-        };
-        let mut w = Watchdog::new(&kvm_hpet_pm(), WatchdogConfig::default());
-        assert_eq!(
-            w.check(&sim.round(1, 0), 1, 0, false).outcome,
-            Outcome::Started
-        );
+        let sim = Sim::new(&kvm_hpet_pm(), &[0, 1000, 0]);
+        let mut w = sim.start(&kvm_hpet_pm(), WatchdogConfig::default(), 1);
         let mut last = None;
         for k in 1..=3u64 {
             let j = w.check(&sim.round(1, k * 250_000_000), 1, 0, false);
@@ -681,14 +710,10 @@ mod tests {
     #[test]
     fn a_stopped_reference_is_detected_and_the_drift_found_with_the_next() {
         // HPET (reference) stops; kvmclock drifts 1000 ppm; PM fine.
-        let sim = Sim {
-            rates: vec![NS, 100_000_000, 3_579_545],
-            ppm: vec![1000, 0, 0],
-            stopped: vec![false, true, false],
-        };
+        let mut sim = Sim::new(&kvm_hpet_pm(), &[1000, 0, 0]);
+        sim.stopped[1] = true;
         let cfg = WatchdogConfig::default();
-        let mut w = Watchdog::new(&kvm_hpet_pm(), cfg);
-        w.check(&sim.round(1, 0), 1, 0, false);
+        let mut w = sim.start(&kvm_hpet_pm(), cfg, 1);
         let mut outcome = None;
         for k in 1..=20u64 {
             let j = w.check(&sim.round(1, k * 250_000_000), 1, 0, false);
@@ -708,13 +733,8 @@ mod tests {
             member(NS, CounterDomain::Tsc, false),
             member(3_579_545, CounterDomain::AcpiPm, false),
         ];
-        let sim2 = Sim {
-            rates: vec![NS, 3_579_545],
-            ppm: vec![1000, 0],
-            stopped: vec![false; 2],
-        };
-        let mut w = Watchdog::new(&members, cfg);
-        w.check(&sim2.round(1, 0), 1, 0, false);
+        let sim2 = Sim::new(&members, &[1000, 0]);
+        let mut w = sim2.start(&members, cfg, 1);
         let j = w.check(&sim2.round(1, 250_000_000), 1, 0, false);
         assert_eq!(j.outcome, Outcome::Disagreement { skew_ppm: 1000 });
         assert!(j.faulty().next().is_none());
@@ -722,13 +742,8 @@ mod tests {
 
     #[test]
     fn three_members_find_a_drifting_current_source() {
-        let sim = Sim {
-            rates: vec![NS, 100_000_000, 3_579_545],
-            ppm: vec![1000, 0, 0],
-            stopped: vec![false; 3],
-        };
-        let mut w = Watchdog::new(&kvm_hpet_pm(), WatchdogConfig::default());
-        w.check(&sim.round(1, 0), 1, 0, false);
+        let sim = Sim::new(&kvm_hpet_pm(), &[1000, 0, 0]);
+        let mut w = sim.start(&kvm_hpet_pm(), WatchdogConfig::default(), 1);
         let v: Vec<_> = (1..=3u64)
             .map(|k| {
                 w.check(&sim.round(1, k * 250_000_000), 1, 0, false)
@@ -756,13 +771,8 @@ mod tests {
             member(100_000_000, CounterDomain::Hpet, false),
             member(3_579_545, CounterDomain::AcpiPm, false),
         ];
-        let sim = Sim {
-            rates: vec![NS, 2_000_000_000, 100_000_000, 3_579_545],
-            ppm: vec![-2000, -2000, 0, 0],
-            stopped: vec![false; 4],
-        };
-        let mut w = Watchdog::new(&members, WatchdogConfig::default().strikes(1));
-        w.check(&sim.round(2, 0), 2, 0, false);
+        let sim = Sim::new(&members, &[-2000, -2000, 0, 0]);
+        let mut w = sim.start(&members, WatchdogConfig::default().strikes(1), 2);
         let j = w.check(&sim.round(2, 250_000_000), 2, 0, false);
         assert!(
             matches!(j.verdict(0), MemberVerdict::Faulty(Fault::Drift { .. })),
@@ -782,13 +792,8 @@ mod tests {
             member(2_000_000_000, CounterDomain::Tsc, true),
             member(3_579_545, CounterDomain::AcpiPm, false),
         ];
-        let sim = Sim {
-            rates: vec![2_000_000_000, 3_579_545],
-            ppm: vec![800, 0],
-            stopped: vec![false; 2],
-        };
-        let mut w = Watchdog::new(&members, WatchdogConfig::default());
-        w.check(&sim.round(1, 0), 1, 0, false);
+        let sim = Sim::new(&members, &[800, 0]);
+        let mut w = sim.start(&members, WatchdogConfig::default(), 1);
         let j = w.check(&sim.round(1, 250_000_000), 1, 0, false);
         assert_eq!(
             j.verdict(0),
@@ -798,13 +803,8 @@ mod tests {
 
     #[test]
     fn pauses_skip_rounds_but_keep_strikes() {
-        let sim = Sim {
-            rates: vec![NS, 100_000_000, 3_579_545],
-            ppm: vec![1000, 0, 0],
-            stopped: vec![false; 3],
-        };
-        let mut w = Watchdog::new(&kvm_hpet_pm(), WatchdogConfig::default());
-        w.check(&sim.round(1, 0), 1, 0, false);
+        let sim = Sim::new(&kvm_hpet_pm(), &[1000, 0, 0]);
+        let mut w = sim.start(&kvm_hpet_pm(), WatchdogConfig::default(), 1);
         let mut t = 0u64;
         let mut verdicts = Vec::new();
         for k in 0..6 {
