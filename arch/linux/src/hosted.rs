@@ -176,6 +176,11 @@ impl Hardware for HostedHw {
         let _ = msr;
         0
     }
+    /// A process has no MSRs: `try_rdmsr`'s `None` (the trait's default) is
+    /// the truth, as for `Native::hosted()`.
+    fn recovers_msr_faults(&self) -> bool {
+        true
+    }
     /// Ignored: a process has no MSRs (the trait's `unsafe` is for real
     /// hardware).
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {

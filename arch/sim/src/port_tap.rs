@@ -3,7 +3,9 @@
 //! descheduled devices that the simulated ones do not model.
 
 use super::SimMachine;
+use clockhal_core::SlotPool;
 use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr};
+use core::sync::atomic::AtomicBool;
 use std::boxed::Box;
 use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
@@ -44,6 +46,9 @@ type Hook = Box<dyn FnMut(&SimMachine, &PortAccess) -> Option<u8> + Send>;
 /// });
 /// assert_eq!(tap.inb(0x71), 0xEE);
 /// assert_eq!(tap.log().len(), 1);
+/// // The rest is the machine's own, its lease and per-CPU memory too.
+/// assert!(std::ptr::eq(tap.slot_pool(), m.slot_pool()));
+/// assert!(tap.recovers_msr_faults());
 /// ```
 pub struct PortTap<'a> {
     m: &'a SimMachine,
@@ -128,6 +133,9 @@ impl Hardware for PortTap<'_> {
     fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
         self.m.try_rdmsr(msr)
     }
+    fn recovers_msr_faults(&self) -> bool {
+        self.m.recovers_msr_faults()
+    }
     // Unsafe only because the trait is: the simulated machine's MSRs.
     #[allow(unsafe_code)]
     unsafe fn wrmsr(&self, msr: Msr, value: u64) {
@@ -163,5 +171,13 @@ impl Hardware for PortTap<'_> {
     }
     fn is_simulated(&self) -> bool {
         true
+    }
+    // The machine's own lease and per-CPU memory, not the program-wide
+    // defaults that real machines share.
+    fn clock_lease(&self) -> &AtomicBool {
+        self.m.clock_lease()
+    }
+    fn slot_pool(&self) -> &SlotPool {
+        self.m.slot_pool()
     }
 }

@@ -1,12 +1,8 @@
 //! The real instructions.
 
 use crate::{CpuidResult, Hardware, MmioRegion, Msr};
+use clockhal_user::TscRead;
 use core::sync::atomic::{AtomicU64, Ordering};
-
-/// How `rdtsc_ordered` fences: set once by [`Native::new`].
-const FENCE_LFENCE: u8 = 0;
-const FENCE_MFENCE: u8 = 1;
-const FENCE_RDTSCP: u8 = 2;
 
 /// Hardware access through the real x86_64 instructions.
 ///
@@ -38,7 +34,7 @@ pub struct Native {
     user: bool,
     /// How `rdtsc_ordered` orders the read, chosen once at construction
     /// (a field, not a global: the read waits for no extra load).
-    fence: u8,
+    fence: TscRead,
 }
 
 /// How [`Native`] learns the calling CPU.
@@ -84,22 +80,13 @@ impl Native {
     /// only `rdtsc`, `rdtsc_ordered`, `rdtscp` and `cpuid` are used and the
     /// OS has not set CR4.TSD.
     pub unsafe fn new() -> Native {
-        let n = Native {
+        Native {
             cpu: CpuIndex::Unknown,
             user: false,
-            fence: FENCE_LFENCE,
-        };
-        let v = n.cpuid(0, 0);
-        // "AuthenticAMD" / "HygonGenuine": EBX starts "Auth" / "Hygo".
-        let amd = v.ebx == u32::from_le_bytes(*b"Auth") || v.ebx == u32::from_le_bytes(*b"Hygo");
-        let fence = if crate::cpuid::has_rdtscp(&n) {
-            FENCE_RDTSCP
-        } else if amd {
-            FENCE_MFENCE
-        } else {
-            FENCE_LFENCE
-        };
-        Native { fence, ..n }
+            // The same choice, and the same instructions, as the clock
+            // page's user-space readers.
+            fence: TscRead::detect(),
+        }
     }
 
     /// The token for a hosted (user-space) process: std only.
@@ -161,32 +148,10 @@ impl Hardware for Native {
 
     #[inline(always)]
     fn rdtsc_ordered(&self) -> u64 {
-        let (lo, hi): (u32, u32);
-        let fence = self.fence;
-        if fence == FENCE_RDTSCP {
-            // SAFETY: rdtscp touches no memory; allowed at CPL0 (and in user
-            // space), and only chosen when CPUID reports it. No `nomem`:
-            // like Linux's memory clobber, the compiler must not move loads
-            // across the ordered read (seqlock windows, the warp test).
-            unsafe {
-                core::arch::asm!("rdtscp", out("eax") lo, out("edx") hi, out("ecx") _,
-                    options(nostack, preserves_flags));
-            }
-        } else if fence == FENCE_MFENCE {
-            // SAFETY: mfence and rdtsc touch no memory the compiler knows
-            // about; rdtsc is allowed at CPL0 (`Native::new`'s contract).
-            unsafe {
-                core::arch::asm!("mfence", "rdtsc", out("eax") lo, out("edx") hi,
-                    options(nostack, preserves_flags));
-            }
-        } else {
-            // SAFETY: as above, with lfence.
-            unsafe {
-                core::arch::asm!("lfence", "rdtsc", out("eax") lo, out("edx") hi,
-                    options(nostack, preserves_flags));
-            }
-        }
-        ((hi as u64) << 32) | lo as u64
+        // A memory clobber like Linux's: the compiler does not move loads
+        // across it (seqlock windows, the warp test). `rdtscp` only where
+        // CPUID reported it (`TscRead::detect`).
+        self.fence.read()
     }
 
     #[inline(always)]

@@ -242,9 +242,16 @@ where
         .and_then(|v| VirtAddr::try_new(v).ok())
         .ok_or(MapMmioError::Overflow)?;
     // The last page must also be in the same canonical half as the first.
-    if last_virt.as_u64() < virt.as_u64() || (virt.as_u64() >> 47) != (last_virt.as_u64() >> 47) {
+    if (virt.as_u64() >> 47) != (last_virt.as_u64() >> 47) {
         return Err(MapMmioError::Overflow);
     }
+    // The region's own checks (its end must not wrap, as in the last page
+    // of the address space), made before the tables change.
+    // SAFETY: the region is returned only once it is mapped uncached to the
+    // registers at `phys..phys + len` (below), never if mapping fails; the
+    // caller lets the backend access them.
+    let region = unsafe { MmioRegion::new((virt.as_u64() + in_page) as usize, len) }
+        .ok_or(MapMmioError::Overflow)?;
     let page = |i: u64| Page::<Size4KiB>::containing_address(virt + i * PAGE);
     for i in 0..pages {
         let at = page(i).start_address();
@@ -276,10 +283,7 @@ where
             }
         }
     }
-    let base = (virt.as_u64() + in_page) as usize;
-    // SAFETY: `base..base + len` is now mapped uncached to the registers at
-    // `phys..phys + len`, which the caller lets the backend access.
-    unsafe { MmioRegion::new(base, len) }.ok_or(MapMmioError::Overflow)
+    Ok(region)
 }
 
 #[cfg(test)]
@@ -406,6 +410,8 @@ mod tests {
             ((1 << 47) - PAGE, HPET, two_pages, "overflow"),
             // Past the top of the address space.
             (u64::MAX - PAGE + 1, HPET, two_pages, "overflow"),
+            // The last page of the address space: the region's end wraps.
+            (u64::MAX - PAGE + 1, HPET, PAGE as usize, "overflow"),
         ];
         for (virt, phys, len, wrong) in cases {
             let got = map(&mut mapper, &mut frames, virt, phys, len);

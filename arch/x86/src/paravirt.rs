@@ -53,6 +53,20 @@ impl PvclockPage {
     }
 }
 
+// The ABI layouts (loom's atomics, for the models only, are larger).
+#[cfg(not(loom))]
+mod layout {
+    use super::{PvclockPage, PvclockWallClock};
+    use core::mem::{align_of, offset_of};
+    use static_assertions::{assert_eq_size, const_assert_eq};
+
+    assert_eq_size!(PvclockPage, [u8; 4096]);
+    const_assert_eq!(align_of::<PvclockPage>(), 4096);
+    assert_eq_size!(PvclockWallClock, [u8; 12]);
+    const_assert_eq!(offset_of!(PvclockWallClock, sec), 4);
+    const_assert_eq!(offset_of!(PvclockWallClock, nsec), 8);
+}
+
 impl Default for PvclockPage {
     fn default() -> Self {
         PvclockPage::new()
