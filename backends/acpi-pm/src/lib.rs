@@ -112,21 +112,15 @@ impl<H: Hardware> AcpiPm<H> {
         if cpuid::hypervisor_present(&hw) {
             stability |= Stability::TRAPS_EVERY_READ;
         }
-        let ext = WrapExtender::new(if bits32 { 32 } else { 24 }, (hw.inl(port) & mask) as u64);
         let pm = AcpiPm {
             hw,
             port,
             mask,
             mode,
             stability,
-            ext,
+            ext: WrapExtender::new(if bits32 { 32 } else { 24 }, 0),
         };
-        // Start the timeline from a verified value in verified mode.
-        if mode == PmMode::Verified {
-            if let Some(v) = pm.verified_raw() {
-                pm.ext.reset(v as u64);
-            }
-        }
+        pm.restart();
         Ok(pm)
     }
 
@@ -134,7 +128,18 @@ impl<H: Hardware> AcpiPm<H> {
     /// software extension at its current value (the timeline restarts; a
     /// `Clock` on top rebases its own and keeps advancing).
     pub fn resume(&self) {
-        self.ext.reset((self.hw.inl(self.port) & self.mask) as u64);
+        self.restart();
+    }
+
+    /// Starts the timeline at the counter's current value: a verified one
+    /// in verified mode, unless every attempt tore.
+    fn restart(&self) {
+        let raw = self.raw();
+        let start = match self.mode {
+            PmMode::Fast => raw,
+            PmMode::Verified => self.verified_raw().unwrap_or(raw),
+        };
+        self.ext.reset(start as u64);
     }
 
     /// The read mode the latch test chose.

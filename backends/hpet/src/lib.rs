@@ -93,21 +93,9 @@ impl<H: Hardware> Hpet<H> {
             .map_err(|_| HpetError::BadPeriod(period_fs))?;
         let wide = caps & reg::COUNT_SIZE_CAP != 0;
 
-        // Bits 63:32 of the configuration register are reserved: 32-bit
-        // accesses leave them alone.
-        let config = hw.mmio_read32(region, reg::CONFIG);
-        if config & reg::ENABLE_CNF == 0 {
-            hw.mmio_write32(region, reg::CONFIG, config | reg::ENABLE_CNF);
-        }
-        let raw = |hw: &H| {
-            if wide {
-                hw.mmio_read64(region, reg::MAIN_COUNTER)
-            } else {
-                hw.mmio_read32(region, reg::MAIN_COUNTER) as u64
-            }
-        };
-        let first = raw(&hw);
-        let started = (0..MAX_START_READS).any(|_| raw(&hw) != first);
+        let config = enable(&hw, region);
+        let first = counter(&hw, region, wide);
+        let started = (0..MAX_START_READS).any(|_| counter(&hw, region, wide) != first);
         if !started {
             // Leave the device as we found it.
             if config & reg::ENABLE_CNF == 0 {
@@ -127,7 +115,7 @@ impl<H: Hardware> Hpet<H> {
         if !wide {
             stability |= Stability::SOFTWARE_EXTENDED;
         }
-        let ext = WrapExtender::new(if wide { 64 } else { 32 }, raw(&hw));
+        let ext = WrapExtender::new(if wide { 64 } else { 32 }, counter(&hw, region, wide));
         Ok(Hpet {
             hw,
             region,
@@ -144,17 +132,8 @@ impl<H: Hardware> Hpet<H> {
     /// extension at its current value (the counter's timeline restarts; a
     /// `Clock` on top rebases its own and keeps advancing).
     pub fn resume(&self) {
-        let config = self.hw.mmio_read32(self.region, reg::CONFIG);
-        if config & reg::ENABLE_CNF == 0 {
-            self.hw
-                .mmio_write32(self.region, reg::CONFIG, config | reg::ENABLE_CNF);
-        }
-        let raw = if self.wide {
-            self.hw.mmio_read64(self.region, reg::MAIN_COUNTER)
-        } else {
-            self.hw.mmio_read32(self.region, reg::MAIN_COUNTER) as u64
-        };
-        self.ext.reset(raw);
+        enable(&self.hw, self.region);
+        self.ext.reset(counter(&self.hw, self.region, self.wide));
     }
 
     /// Counter period in femtoseconds, as the device reports it.
@@ -178,6 +157,26 @@ impl<H: Hardware> Hpet<H> {
     }
 }
 
+/// Sets ENABLE_CNF if it is clear; returns the configuration found. Bits
+/// 63:32 of the register are reserved: 32-bit accesses leave them alone.
+fn enable<H: Hardware>(hw: &H, region: MmioRegion) -> u32 {
+    let config = hw.mmio_read32(region, reg::CONFIG);
+    if config & reg::ENABLE_CNF == 0 {
+        hw.mmio_write32(region, reg::CONFIG, config | reg::ENABLE_CNF);
+    }
+    config
+}
+
+/// The main counter: one MMIO load, 64 or 32 bits wide.
+#[inline(always)]
+fn counter<H: Hardware>(hw: &H, region: MmioRegion, wide: bool) -> u64 {
+    if wide {
+        hw.mmio_read64(region, reg::MAIN_COUNTER)
+    } else {
+        hw.mmio_read32(region, reg::MAIN_COUNTER) as u64
+    }
+}
+
 impl<H: Hardware> ClockSource for Hpet<H> {
     fn name(&self) -> &'static str {
         "hpet"
@@ -186,12 +185,7 @@ impl<H: Hardware> ClockSource for Hpet<H> {
     /// One MMIO load, placed on the 64-bit timeline.
     #[inline]
     fn read(&self) -> u64 {
-        let raw = if self.wide {
-            self.hw.mmio_read64(self.region, reg::MAIN_COUNTER)
-        } else {
-            self.hw.mmio_read32(self.region, reg::MAIN_COUNTER) as u64
-        };
-        self.ext.extend(raw)
+        self.ext.extend(counter(&self.hw, self.region, self.wide))
     }
 
     fn frequency(&self) -> Frequency {

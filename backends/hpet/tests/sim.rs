@@ -21,12 +21,12 @@ fn rng(seed: &mut u64) -> u64 {
     *seed
 }
 
-/// Reads at irregular but rule-abiding intervals and checks every reading
-/// against the machine's true elapsed time; returns the number of wraps of
-/// the 32-bit hardware counter seen.
 /// Reads per wrap test: Miri interprets ~10^4 times slower.
 const STEPS: u32 = if cfg!(miri) { 200 } else { 10_000 };
 
+/// Reads at irregular but rule-abiding intervals and checks every reading
+/// against the machine's true elapsed time; returns the number of wraps of
+/// the 32-bit hardware counter seen.
 fn track_truth(
     m: &SimMachine,
     hpet: &Hpet<&SimMachine>,

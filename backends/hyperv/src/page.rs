@@ -78,11 +78,20 @@ pub fn read_reference_page(
     page: &HvReferenceTscPage,
     rdtsc: impl FnMut() -> u64,
 ) -> Result<u64, PageError> {
+    let s = scaled_sample(page, rdtsc)?;
+    Ok(hv_scale_tsc(s.tsc, s.scale, s.offset))
+}
+
+/// [`sample`] with a non-zero scale ([`PageError::ZeroScale`] otherwise).
+pub(crate) fn scaled_sample(
+    page: &HvReferenceTscPage,
+    rdtsc: impl FnMut() -> u64,
+) -> Result<Sample, PageError> {
     let s = sample(page, rdtsc)?;
     if s.scale == 0 {
         return Err(PageError::ZeroScale);
     }
-    Ok(hv_scale_tsc(s.tsc, s.scale, s.offset))
+    Ok(s)
 }
 
 /// Counters of page reads and updates that did not go the normal way.

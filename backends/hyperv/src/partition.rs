@@ -1,11 +1,12 @@
 //! Probing a Hyper-V partition: identity, page, MSR, TSC rate.
 
+use crate::page::scaled_sample;
 use crate::{read_reference_page, HypervError, HypervMsrClock, HypervPageClock, PageError};
 use clockhal_core::{Frequency, Policy, TscMap, UpdateBounds};
 use clockhal_x86::cpuid::{self, HypervFeatures};
 use clockhal_x86::paravirt::{
-    hv_disable_reference_tsc, hv_enable_reference_tsc, hv_set_guest_os_id, HvReferenceTscPage,
-    PhysMapped,
+    hv_disable_reference_tsc, hv_enable_reference_tsc, hv_scale_tsc, hv_set_guest_os_id,
+    HvReferenceTscPage, PhysMapped,
 };
 use clockhal_x86::{rdmsr_checked, Hardware, Msr};
 
@@ -262,11 +263,7 @@ fn enable_page<H: Hardware>(
     time_ref_count: bool,
 ) -> Result<TscMap, PageError> {
     hv_enable_reference_tsc(hw, page).map_err(PageError::Refused)?;
-    let checked = check_page(hw, page.get(), time_ref_count).map(|()| {
-        let p = page.get();
-        use core::sync::atomic::Ordering::Relaxed;
-        TscMap::hyperv(p.scale.load(Relaxed), p.offset.load(Relaxed))
-    });
+    let checked = check_page(hw, page.get(), time_ref_count);
     if checked.is_err() {
         hv_disable_reference_tsc(hw);
     }
@@ -274,20 +271,23 @@ fn enable_page<H: Hardware>(
 }
 
 /// The page must read sanely and, when the MSR exists, agree with it.
+/// Returns the map of the (consistent) parameters it read first.
 fn check_page<H: Hardware>(
     hw: &H,
     page: &HvReferenceTscPage,
     time_ref_count: bool,
-) -> Result<(), PageError> {
-    let before = read_reference_page(page, || hw.rdtsc_ordered())?;
+) -> Result<TscMap, PageError> {
+    let first = scaled_sample(page, || hw.rdtsc_ordered())?;
+    let map = TscMap::hyperv(first.scale, first.offset);
     if !time_ref_count {
-        return Ok(());
+        return Ok(map);
     }
+    let before = hv_scale_tsc(first.tsc, first.scale, first.offset);
     let msr = rdmsr_checked(hw, Msr::HV_TIME_REF_COUNT).ok_or(PageError::Invalid)?;
     let after = read_reference_page(page, || hw.rdtsc_ordered())?;
     // before <= msr <= after, up to the tolerance (wrapping-safe).
     if before > msr.saturating_add(PAGE_TOLERANCE) || msr > after.saturating_add(PAGE_TOLERANCE) {
         return Err(PageError::Disagrees { page: before, msr });
     }
-    Ok(())
+    Ok(map)
 }

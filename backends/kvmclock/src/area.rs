@@ -3,7 +3,7 @@
 //! Read-only and independent of MSRs, so it works on any area: one this
 //! crate registered, or the page a host kernel maps into its vDSO.
 
-use clockhal_core::Frequency;
+use clockhal_core::{Frequency, TscMap};
 use clockhal_x86::paravirt::{
     pvclock_scale_delta, pvclock_tsc_hz_ratio, PvclockSample, PvclockVcpuTimeInfo,
     PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
@@ -134,6 +134,13 @@ impl Sample {
         let delta = self.tsc.saturating_sub(self.tsc_timestamp);
         self.system_time
             .saturating_add(pvclock_scale_delta(delta, self.mul, self.shift))
+    }
+
+    /// The map these parameters define (`None` for a multiplier of 0 or a
+    /// shift out of range).
+    #[inline]
+    pub(crate) fn map(&self) -> Option<TscMap> {
+        TscMap::pvclock(self.mul, self.shift, self.tsc_timestamp, self.system_time)
     }
 
     /// The exact TSC rate this sample's `(mul, shift)` imply.

@@ -266,13 +266,7 @@ impl<H: Hardware> Kvmclock<H> {
         let first = register(&hw, config.areas, msrs.system_time, cpu)?;
         // A fresh registry: the claim cannot fail.
         let _ = registry.claim(cpu, apic);
-        let probe_map = TscMap::pvclock(
-            first.mul,
-            first.shift,
-            first.tsc_timestamp,
-            first.system_time,
-        )
-        .ok_or(KvmclockError::NotWritten)?;
+        let probe_map = first.map().ok_or(KvmclockError::NotWritten)?;
         let Some(slot_set) = hw.slot_pool().claim() else {
             registry.release(cpu, apic);
             let _ = kvm_unregister_system_time(&hw, msrs.system_time);
@@ -496,7 +490,7 @@ impl<H: Hardware> Kvmclock<H> {
                 // update is judged for plausibility alone, and the facade's
                 // jump check (an independent reference) stands behind it.
                 let last = baseline.or_else(|| if ordered { self.last_accepted() } else { None });
-                let new = TscMap::pvclock(s.mul, s.shift, s.tsc_timestamp, s.system_time);
+                let new = s.map();
                 // Continuity is judged where the host anchored the update
                 // (its tsc_timestamp): what the old parameters predict there
                 // against the new system_time. Judged at this read's TSC
@@ -592,7 +586,7 @@ impl<H: Hardware> Kvmclock<H> {
         let Ok(b) = Sample::take(boot, rdtsc) else {
             return true;
         };
-        let Some(bmap) = TscMap::pvclock(b.mul, b.shift, b.tsc_timestamp, b.system_time) else {
+        let Some(bmap) = b.map() else {
             return true;
         };
         for cpu in self.registry.registered().filter(|&c| c != self.boot_cpu) {
@@ -605,7 +599,7 @@ impl<H: Hardware> Kvmclock<H> {
             if s.flags & PVCLOCK_TSC_STABLE_BIT == 0 {
                 continue;
             }
-            let Some(m) = TscMap::pvclock(s.mul, s.shift, s.tsc_timestamp, s.system_time) else {
+            let Some(m) = s.map() else {
                 continue;
             };
             if m.apply(s.tsc).abs_diff(bmap.apply(s.tsc)) > STABLE_AGREEMENT_NS {

@@ -486,8 +486,8 @@ impl<H: Hardware> ClockSource for Tsc<H> {
 impl<H: Hardware> fmt::Debug for Tsc<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tsc")
-            .field("rate", &self.rate)
-            .field("provenance", &self.provenance)
+            .field("rate", &self.rate())
+            .field("provenance", &self.provenance())
             .field("check", &self.check)
             .field("invariant", &self.invariant)
             .field("sync", &self.sync())

@@ -150,27 +150,28 @@ impl WarpShared {
         }
     }
 
-    /// Arrives at `counter` and waits for the other CPU to arrive too.
-    fn rendezvous<H: Hardware>(&self, hw: &H, counter: &AtomicU32, budget: &WarpBudget) -> bool {
-        counter.fetch_add(1, Ordering::SeqCst);
-        let mut wait = Wait::new(budget.max_wait_spins, budget.max_tsc_ticks);
-        while counter.load(Ordering::SeqCst) < 2 {
-            if wait.expired(hw) {
-                return false;
-            }
-        }
-        true
-    }
-
     /// Ends this side: counts it out and waits (bounded) for the other.
     fn depart<H: Hardware>(&self, hw: &H, budget: &WarpBudget) -> WarpReport {
         let c = &self.control;
         c.stop.store(true, Ordering::SeqCst);
-        if !self.rendezvous(hw, &c.finished, budget) {
+        c.finished.fetch_add(1, Ordering::SeqCst);
+        if !both_counted(hw, &c.finished, budget) {
             c.aborted.store(true, Ordering::SeqCst);
         }
         self.report()
     }
+}
+
+/// Waits (bounded by `budget`) until `counter`, which already counts this
+/// side, counts the other too; false if the wait ran out.
+fn both_counted<H: Hardware>(hw: &H, counter: &AtomicU32, budget: &WarpBudget) -> bool {
+    let mut wait = Wait::new(budget.max_wait_spins, budget.max_tsc_ticks);
+    while counter.load(Ordering::SeqCst) < 2 {
+        if wait.expired(hw) {
+            return false;
+        }
+    }
+    true
 }
 
 /// A bounded spin: at most `max_spins` spins and `ticks` TSC ticks. The
@@ -624,17 +625,13 @@ pub fn warp_participant<H: Hardware>(
         c.allowance
             .store(budget.transfer_allowance_ticks, Ordering::SeqCst);
     }
-    // `arrived` already counts this side: wait for the other.
-    let mut wait = Wait::new(budget.max_wait_spins, budget.max_tsc_ticks);
-    while c.arrived.load(Ordering::SeqCst) < 2 {
-        if wait.expired(hw) {
-            // Nobody to wait for at the end either; a latecomer finds
-            // the run stopped and this side counted out.
-            c.aborted.store(true, Ordering::SeqCst);
-            c.stop.store(true, Ordering::SeqCst);
-            c.finished.fetch_add(1, Ordering::SeqCst);
-            return shared.report();
-        }
+    if !both_counted(hw, &c.arrived, budget) {
+        // Nobody to wait for at the end either; a latecomer finds the run
+        // stopped and this side counted out.
+        c.aborted.store(true, Ordering::SeqCst);
+        c.stop.store(true, Ordering::SeqCst);
+        c.finished.fetch_add(1, Ordering::SeqCst);
+        return shared.report();
     }
     let elapsed = run(hw, c, mine, theirs, cost, budget);
     if side == 0 {
