@@ -279,6 +279,18 @@ pub enum Note {
     HostedRate(crate::hosted::RateOrigin),
 }
 
+#[cfg(feature = "tsc")]
+impl Note {
+    /// The TSC backend's account of `t` as it stands now.
+    pub(crate) fn of_tsc<H: clockhal_x86::Hardware>(t: &clockhal_tsc::Tsc<H>) -> Note {
+        Note::Tsc {
+            rate: t.provenance(),
+            unusable: t.unusable(),
+            supervised: t.supervised(),
+        }
+    }
+}
+
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

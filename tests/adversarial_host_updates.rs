@@ -14,7 +14,7 @@
 
 mod adversarial;
 
-use adversarial::{clock, clock_with, leak, ms, race, SimClock};
+use adversarial::{clock, clock_with, leak, ms, race, ticks, SimClock};
 use clockhal::x86::paravirt::PVCLOCK_TSC_STABLE_BIT;
 use clockhal::{SourceId, Verdict};
 use clockhal_sim::{PvclockUpdate, SimMachine};
@@ -148,11 +148,7 @@ fn a_garbage_update_on_another_vcpu_never_reaches_any_reader() {
                 },
             );
         });
-        for _ in 0..6 {
-            readers.wait(200);
-            m.advance(ms(250));
-            c.watchdog_tick();
-        }
+        ticks(&c, m, readers, 6, 200);
     });
     measures_right(&c, m, 0, "cpu 0");
     measures_right(&c, m, 1, "cpu 1");
@@ -278,11 +274,7 @@ fn a_hyperv_page_that_stays_invalid_never_freezes_the_clock() {
             h.invalidate_page(ctx);
             h.set_page_updates(false);
         });
-        for _ in 0..8 {
-            readers.wait(500);
-            m.advance(ms(250));
-            c.watchdog_tick();
-        }
+        ticks(&c, m, readers, 8, 500);
     });
     measures_right(&c, m, 0, "page invalid");
 }
@@ -379,16 +371,12 @@ fn a_raw_tsc_stepping_back_never_moves_now_back() {
         let m = leak(SimMachine::bare_metal());
         let (c, _) = clock(m);
         assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report());
-        let ticks = (back_ns as u128 * m.config().tsc_hz as u128 / 1_000_000_000) as i64;
+        let back_ticks = (back_ns as u128 * m.config().tsc_hz as u128 / 1_000_000_000) as i64;
         m.advance(ms(2_000));
         race(&c, m, &[0], false, |readers| {
             readers.wait(200);
-            m.step_tsc(None, -ticks);
-            for _ in 0..6 {
-                readers.wait(200);
-                m.advance(ms(250));
-                c.watchdog_tick();
-            }
+            m.step_tsc(None, -back_ticks);
+            ticks(&c, m, readers, 6, 200);
         });
         measures_right(&c, m, 0, &format!("TSC {back_ns} ns back"));
     }
@@ -423,11 +411,7 @@ fn a_pvclock_update_that_never_finishes_keeps_the_last_validated_parameters() {
     c.now();
     m.with_kvm(|k, ctx| k.stall_update(ctx, 0));
     race(&c, m, &[0], false, |readers| {
-        for _ in 0..8 {
-            readers.wait(200);
-            m.advance(ms(250));
-            c.watchdog_tick();
-        }
+        ticks(&c, m, readers, 8, 200);
     });
     assert!(c.kvmclock().unwrap().stats().busy_reads > 0);
     measures_right(&c, m, 0, "stalled");

@@ -13,7 +13,7 @@
 
 mod adversarial;
 
-use adversarial::{clock, leak, ms, platform, race};
+use adversarial::{clock, leak, ms, platform, race, ticks};
 use clockhal::tsc::SyncStatus;
 use clockhal::x86::{Hardware, Msr};
 use clockhal::{Rejection, SourceId, Verdict};
@@ -99,11 +99,7 @@ fn resume_after_kvmclock_went_back_10_s_keeps_now_advancing() {
     assert!(after >= before);
     assert!(after.duration_since(before).as_nanos() < ms(1));
     race(&c, m, &[0], false, |readers| {
-        for _ in 0..8 {
-            readers.wait(100);
-            m.advance(ms(250));
-            c.watchdog_tick();
-        }
+        ticks(&c, m, readers, 8, 100);
     });
     let (n0, t0) = (m.now_ns(), c.now());
     m.advance(ms(100));
@@ -123,11 +119,7 @@ fn a_restore_the_os_did_not_announce_never_moves_now_back_or_freezes_it() {
     race(&c, m, &[0], false, |readers| {
         readers.wait(100);
         restore_kvm_timeline_back(m, 10_000_000_000);
-        for _ in 0..8 {
-            readers.wait(100);
-            m.advance(ms(250));
-            c.watchdog_tick();
-        }
+        ticks(&c, m, readers, 8, 100);
     });
     let t0 = c.now();
     m.advance(ms(100));
@@ -155,11 +147,7 @@ fn resume_after_s3_reregisters_kvmclock_and_reenables_the_hpet() {
     );
     assert!(c.now() >= before);
     race(&c, m, &[0], false, |readers| {
-        for _ in 0..6 {
-            readers.wait(100);
-            m.advance(ms(250));
-            c.watchdog_tick();
-        }
+        ticks(&c, m, readers, 6, 100);
     });
     assert_eq!(c.source_id(), SourceId::Kvmclock, "{}", c.report());
 }
@@ -176,11 +164,7 @@ fn resume_after_s3_reenables_the_hyperv_page() {
     assert!(hv_page_enabled(m), "resume re-enables the page");
     assert!(c.now() >= before);
     race(&c, m, &[0], false, |readers| {
-        for _ in 0..6 {
-            readers.wait(100);
-            m.advance(ms(250));
-            c.watchdog_tick();
-        }
+        ticks(&c, m, readers, 6, 100);
     });
     assert_eq!(c.source_id(), SourceId::HypervPage, "{}", c.report());
 }

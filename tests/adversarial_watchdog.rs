@@ -15,21 +15,10 @@
 
 mod adversarial;
 
-use adversarial::{clock, clock_with, leak, ms, race, Readers, SimClock};
+use adversarial::{clock, clock_with, leak, ms, race, ticks, SimClock};
 use clockhal::x86::paravirt::pvclock_time_scale;
 use clockhal::{Demotion, Fault, Migration, Outcome, Policy, SourceId, Verdict, WatchdogEvent};
 use clockhal_sim::{HpetConfig, PmTimerConfig, SimConfig, SimMachine};
-
-/// `n` watchdog periods of 250 ms (readers keep reading), the events.
-fn tick(c: &SimClock, m: &SimMachine, readers: &Readers, n: usize) -> Vec<WatchdogEvent> {
-    (0..n)
-        .map(|_| {
-            readers.wait(50);
-            m.advance(ms(250));
-            c.watchdog_tick()
-        })
-        .collect()
-}
 
 fn switched_from(events: &[WatchdogEvent], id: SourceId) -> Option<Demotion> {
     events.iter().find_map(|e| match *e {
@@ -68,9 +57,9 @@ fn a_drifting_hpet_is_blamed_by_the_majority_never_kvmclock() {
     let m = leak(SimMachine::kvm());
     let (c, _) = clock(m);
     let events = race(&c, m, &[0], false, |readers| {
-        tick(&c, m, readers, 1);
+        ticks(&c, m, readers, 1, 50);
         m.with_hpet(|h, ctx| h.set_rate_error_ppm(ctx, 1_000));
-        tick(&c, m, readers, 20)
+        ticks(&c, m, readers, 20, 50)
     });
     assert!(
         switched_from(&events, SourceId::Kvmclock).is_none(),
@@ -91,9 +80,9 @@ fn a_drifting_current_source_is_found_by_the_majority_and_left() {
     let m = leak(SimMachine::kvm());
     let (c, _) = clock(m);
     let events = race(&c, m, &[0], false, |readers| {
-        tick(&c, m, readers, 1);
+        ticks(&c, m, readers, 1, 50);
         kvmclock_drifts(m, 1_000);
-        tick(&c, m, readers, 30)
+        ticks(&c, m, readers, 30, 50)
     });
     assert!(
         is_drift(switched_from(&events, SourceId::Kvmclock), 900, 1_100),
@@ -113,9 +102,9 @@ fn two_sources_that_disagree_demote_nobody() {
     let m = leak(config.build());
     let (c, _) = clock(m);
     let events = race(&c, m, &[0], false, |readers| {
-        tick(&c, m, readers, 1);
+        ticks(&c, m, readers, 1, 50);
         m.with_hpet(|h, ctx| h.set_rate_error_ppm(ctx, 1_000));
-        tick(&c, m, readers, 20)
+        ticks(&c, m, readers, 20, 50)
     });
     assert!(
         switched_from(&events, SourceId::Kvmclock).is_none(),
@@ -144,9 +133,9 @@ fn two_sources_demote_the_one_that_stopped() {
     let m = leak(config.build());
     let (c, _) = clock(m);
     let events = race(&c, m, &[0], false, |readers| {
-        tick(&c, m, readers, 2);
+        ticks(&c, m, readers, 2, 50);
         m.with_hpet(|h, ctx| h.set_stopped(ctx, true));
-        tick(&c, m, readers, 25)
+        ticks(&c, m, readers, 25, 50)
     });
     assert!(
         matches!(
@@ -169,10 +158,10 @@ fn a_stopped_reference_is_reported_and_the_drift_is_still_caught() {
     let m = leak(SimMachine::kvm());
     let (c, _) = clock(m);
     let events = race(&c, m, &[0], false, |readers| {
-        tick(&c, m, readers, 1);
+        ticks(&c, m, readers, 1, 50);
         m.with_hpet(|h, ctx| h.set_stopped(ctx, true));
         kvmclock_drifts(m, 1_000);
-        tick(&c, m, readers, 30)
+        ticks(&c, m, readers, 30, 50)
     });
     assert!(
         matches!(
@@ -203,14 +192,14 @@ fn a_reference_that_jumps_or_wraps_unseen_is_replaced() {
     let m = leak(SimMachine::kvm());
     let (c, _) = clock(m);
     let events = race(&c, m, &[0], false, |readers| {
-        let mut e = tick(&c, m, readers, 2);
+        let mut e = ticks(&c, m, readers, 2, 50);
         m.with_hpet(|h, ctx| h.jump(ctx, 100_000_000)); // 1 s at 100 MHz
-        e.extend(tick(&c, m, readers, 4));
+        e.extend(ticks(&c, m, readers, 4, 50));
         m.with_hpet(|h, ctx| {
             h.set_counter_bits(ctx, 32);
             h.jump(ctx, 0xFFFF_FFFF - 1_000);
         });
-        e.extend(tick(&c, m, readers, 16));
+        e.extend(ticks(&c, m, readers, 16, 50));
         e
     });
     assert!(
@@ -229,10 +218,10 @@ fn a_tsc_rate_change_fools_the_raw_tsc_but_not_kvmclock() {
     let (c, _) = clock(m);
     assert_eq!(c.source_id(), SourceId::Kvmclock, "{}", c.report());
     let events = race(&c, m, &[0], false, |readers| {
-        tick(&c, m, readers, 1);
+        ticks(&c, m, readers, 1, 50);
         m.set_tsc_hz(m.config().tsc_hz / 5 * 6);
         m.with_kvm(|k, ctx| k.update_all(ctx));
-        tick(&c, m, readers, 12)
+        ticks(&c, m, readers, 12, 50)
     });
     assert!(
         switched_from(&events, SourceId::Kvmclock).is_none(),
@@ -253,10 +242,10 @@ fn a_tsc_rate_change_under_migration_will_not_leaves_the_tsc() {
     let (c, _) = clock_with(m, |p| p.policy(Policy::new().migration(Migration::WillNot)));
     assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report());
     let events = race(&c, m, &[0], false, |readers| {
-        tick(&c, m, readers, 1);
+        ticks(&c, m, readers, 1, 50);
         m.set_tsc_hz(m.config().tsc_hz / 5 * 6);
         m.with_kvm(|k, ctx| k.update_all(ctx));
-        tick(&c, m, readers, 12)
+        ticks(&c, m, readers, 12, 50)
     });
     assert!(
         switched_from(&events, SourceId::Tsc).is_some(),
@@ -292,7 +281,7 @@ fn frequent_host_pauses_do_not_disable_drift_detection() {
     let m = leak(SimMachine::kvm());
     let (c, _) = clock(m);
     let events = race(&c, m, &[0], false, |readers| {
-        let mut e = tick(&c, m, readers, 1);
+        let mut e = ticks(&c, m, readers, 1, 50);
         m.with_hpet(|h, ctx| h.set_rate_error_ppm(ctx, 1_000));
         for i in 0..30 {
             if i % 2 == 0 {
@@ -302,7 +291,7 @@ fn frequent_host_pauses_do_not_disable_drift_detection() {
                 });
                 m.advance(ms(2_000));
             }
-            e.extend(tick(&c, m, readers, 1));
+            e.extend(ticks(&c, m, readers, 1, 50));
         }
         e
     });
@@ -396,10 +385,10 @@ fn a_tsc_jumping_an_hour_ahead_is_not_returned() {
     let hour = 3_600 * m.config().tsc_hz as i64;
     race(&c, m, &[0], false, |readers| {
         readers.future_slack(Some(ms(12_000)));
-        tick(&c, m, readers, 3);
+        ticks(&c, m, readers, 3, 50);
         m.step_tsc(None, hour);
         readers.wait(2_000);
-        tick(&c, m, readers, 3);
+        ticks(&c, m, readers, 3, 50);
     });
     assert!(
         matches!(
@@ -419,17 +408,28 @@ fn a_host_pause_announced_through_kvmclock_is_a_legitimate_jump() {
     let m = leak(SimMachine::kvm());
     let (c, _) = clock(m);
     let events = race(&c, m, &[0], false, |readers| {
-        let mut e = tick(&c, m, readers, 3);
+        let mut e = ticks(&c, m, readers, 3, 50);
         m.with_kvm(|k, _| k.pause_guest());
         m.advance(ms(30_000));
         m.with_kvm(|k, ctx| k.update_all(ctx));
         readers.wait(500);
-        e.extend(tick(&c, m, readers, 4));
+        e.extend(ticks(&c, m, readers, 4, 50));
         e
     });
     assert!(events.contains(&WatchdogEvent::GuestStopped), "{events:?}");
     assert_eq!(c.source_id(), SourceId::Kvmclock, "{}", c.report());
     assert!(c.now().as_nanos() >= ms(30_000));
+}
+
+/// The clock of an OS whose warp test found the TSCs out of step (on QEMU
+/// TCG a device is current then).
+fn tsc_out_of_step(m: &'static SimMachine) -> SimClock {
+    let (c, _) = clock_with(m, |p| {
+        p.tsc_sync(clockhal::tsc::SyncStatus::Unsynchronized {
+            worst_backward_ticks: 1_000,
+        })
+    });
+    c
 }
 
 #[test]
@@ -438,17 +438,13 @@ fn an_hpet_that_stops_counting_is_left_by_the_watchdog() {
     // freezes: the watchdog (PM timer as reference) sees it stopped while
     // the PM timer advanced, and the clock moves to the PM timer.
     let m = leak(SimMachine::qemu_tcg());
-    let (c, _) = clock_with(m, |p| {
-        p.tsc_sync(clockhal::tsc::SyncStatus::Unsynchronized {
-            worst_backward_ticks: 1_000,
-        })
-    });
+    let c = tsc_out_of_step(m);
     assert_eq!(c.source_id(), SourceId::Hpet, "{}", c.report());
     let counter = m.hpet_region().unwrap().base() as u64 + 0xF0;
     let events = race(&c, m, &[0], false, |readers| {
-        let mut e = tick(&c, m, readers, 2);
+        let mut e = ticks(&c, m, readers, 2, 50);
         m.override_mmio(counter, Some(clockhal_sim::Answer::Value(12_345)));
-        e.extend(tick(&c, m, readers, 12));
+        e.extend(ticks(&c, m, readers, 12, 50));
         e
     });
     assert!(
@@ -466,19 +462,15 @@ fn an_hpet_that_reads_all_ones_never_reaches_now() {
     // The HPET vanishes (reads all ones: a 64-bit counter at its maximum)
     // while current: the reading is a jump of centuries, not time.
     let m = leak(SimMachine::qemu_tcg());
-    let (c, _) = clock_with(m, |p| {
-        p.tsc_sync(clockhal::tsc::SyncStatus::Unsynchronized {
-            worst_backward_ticks: 1_000,
-        })
-    });
+    let c = tsc_out_of_step(m);
     assert_eq!(c.source_id(), SourceId::Hpet, "{}", c.report());
     let counter = m.hpet_region().unwrap().base() as u64 + 0xF0;
     race(&c, m, &[0], false, |readers| {
         readers.future_slack(Some(ms(12_000)));
-        tick(&c, m, readers, 3);
+        ticks(&c, m, readers, 3, 50);
         m.override_mmio(counter, Some(clockhal_sim::Answer::Fault));
         readers.wait(500);
-        tick(&c, m, readers, 4);
+        ticks(&c, m, readers, 4, 50);
     });
     assert_ne!(c.source_id(), SourceId::Hpet, "{}", c.report());
 }
@@ -491,19 +483,15 @@ fn a_pm_timer_that_vanishes_never_moves_now_back_or_ahead() {
     let mut config = SimMachine::qemu_tcg_config();
     config.hpet = None;
     let m = leak(config.build());
-    let (c, _) = clock_with(m, |p| {
-        p.tsc_sync(clockhal::tsc::SyncStatus::Unsynchronized {
-            worst_backward_ticks: 1_000,
-        })
-    });
+    let c = tsc_out_of_step(m);
     assert_eq!(c.source_id(), SourceId::AcpiPm, "{}", c.report());
     let port = m.config().pm_timer.as_ref().unwrap().port;
     race(&c, m, &[0], false, |readers| {
         readers.future_slack(Some(ms(100)));
-        tick(&c, m, readers, 3);
+        ticks(&c, m, readers, 3, 50);
         m.override_port(port, Some(clockhal_sim::Answer::Fault));
-        tick(&c, m, readers, 8);
+        ticks(&c, m, readers, 8, 50);
         m.override_port(port, None);
-        tick(&c, m, readers, 4);
+        ticks(&c, m, readers, 4, 50);
     });
 }

@@ -455,14 +455,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 .filter(|v| *v <= read::BEFORE_ZERO),
             _ => {
                 let (src, scale) = (self.backends.source(id)?, self.scale_of(i)?);
-                let d = src
-                    .read()
-                    .saturating_sub(self.base_ticks[i].load(Ordering::Acquire));
-                Some(
-                    self.base_ns[i]
-                        .load(Ordering::Acquire)
-                        .saturating_add(scale.ticks_to_ns(d)),
-                )
+                Some(self.device_ns(i, scale, src.read()))
             }
         }
     }
@@ -636,13 +629,8 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         let _st = self.watchdog.lock();
         self.forced.store(true, Ordering::Release);
-        let start = self
-            .now_ns()
-            .max(self.high_water())
-            .saturating_add(SWITCH_MARGIN_NS);
-        self.start_source(id, start);
+        self.switch_to(id);
         self.deadline.store(u64::MAX, Ordering::Release);
-        self.switches.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 

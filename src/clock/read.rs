@@ -12,7 +12,7 @@
 
 use super::{Clock, REVALIDATE_NS};
 use crate::{Demotion, SourceId};
-use clockhal_core::{PerCpuSlots, SlotEntry, TscMap};
+use clockhal_core::{PerCpuSlots, Scale, SlotEntry, TscMap};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
@@ -170,21 +170,26 @@ impl<H: Hardware + Clone> Clock<H> {
         ) else {
             return self.hold(cpu);
         };
-        let ticks = src.read();
-        let (base_ticks, base_ns) = (
-            self.base_ticks[id].load(Acquire),
-            self.base_ns[id].load(Acquire),
-        );
+        let v = self.device_ns(id, scale, src.read());
         if self.state.load(Acquire) != st {
             // A switch raced this read: read the new source.
             return self.now_ns();
         }
-        let v = base_ns.saturating_add(scale.ticks_to_ns(ticks.saturating_sub(base_ticks)));
         if !self.plausible(v) {
             return self.hold(cpu);
         }
         self.after_fresh(v);
         self.raise(cpu, self.ordered[id], v)
+    }
+
+    /// Device `i`'s reading `ticks` on the clock's timeline: from the base
+    /// set when it became current ([`Clock::start_source`]).
+    #[inline]
+    pub(crate) fn device_ns(&self, i: usize, scale: Scale, ticks: u64) -> u64 {
+        let base_ticks = self.base_ticks[i].load(Acquire);
+        self.base_ns[i]
+            .load(Acquire)
+            .saturating_add(scale.ticks_to_ns(ticks.saturating_sub(base_ticks)))
     }
 
     /// No fresh value: not earlier than anything this CPU, or through the

@@ -80,11 +80,7 @@ impl<H: Hardware + Clone> Clock<H> {
             let mut report = self.report.lock();
             if let Some(c) = report.get_mut(SourceId::Tsc) {
                 c.set_descriptor(tsc.descriptor());
-                c.note = Note::Tsc {
-                    rate: tsc.provenance(),
-                    unusable: tsc.unusable(),
-                    supervised: tsc.supervised(),
-                };
+                c.note = Note::of_tsc(tsc);
             }
         }
         // The members' rates changed: a new baseline for the comparison.

@@ -178,24 +178,16 @@ impl<H: Hardware + Clone> Clock<H> {
             }
             return WatchdogEvent::Inactive;
         };
-        if n < 2 {
+        let Some(first) = members[0].filter(|_| n >= 2) else {
             let _ = sources[cur.index()].map(|s| s.read());
             st.core = None;
             return WatchdogEvent::Inactive;
-        }
+        };
+        // The first `n` are the members (the rest repeat the first, unused).
+        let members = members.map(|m| m.unwrap_or(first));
         let same = st.core.as_ref().is_some_and(|(_, m)| *m == ids);
         if !same || restart {
-            let list: [Member; MAX_MEMBERS] = core::array::from_fn(|i| {
-                members[i].unwrap_or(Member {
-                    rate: members[0].map_or(
-                        clockhal_core::Frequency::from_hz(1).unwrap_or_else(|_| unreachable!()),
-                        |m| m.rate,
-                    ),
-                    domain: CounterDomain::Other(255),
-                    conditional: true,
-                })
-            });
-            st.core = Some((Watchdog::new(&list[..n], self.settings.watchdog), ids));
+            st.core = Some((Watchdog::new(&members[..n], self.settings.watchdog), ids));
         }
         // The reference: the best other member that needs no supervision,
         // preferring a counter of another domain than the current one.
@@ -203,7 +195,7 @@ impl<H: Hardware + Clone> Clock<H> {
             .filter(|&i| i != cur_m)
             .max_by_key(|&i| {
                 let id = ids[i].unwrap_or(SourceId::Extra);
-                let m = members[i].unwrap_or_else(|| unreachable!());
+                let m = members[i];
                 let rating = report
                     .get(id)
                     .and_then(|c| c.rating())
@@ -584,7 +576,7 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Makes `to` current, continuing the timeline just above every instant
     /// returned so far (on any CPU). Only with the watchdog lock held.
-    fn switch_to(&self, to: SourceId) {
+    pub(super) fn switch_to(&self, to: SourceId) {
         // The old source's reading now, and every floor: the new source
         // starts above all of them.
         let old = self.now_ns();

@@ -128,12 +128,7 @@ mod enabled {
         }
         match result {
             Ok(t) => {
-                let note = Note::Tsc {
-                    rate: t.provenance(),
-                    unusable: t.unusable(),
-                    supervised: t.supervised(),
-                };
-                cx.usable(SourceId::Tsc, &t, note);
+                cx.usable(SourceId::Tsc, &t, Note::of_tsc(&t));
                 Some(t)
             }
             Err(e) => {

@@ -10,7 +10,7 @@
 use clockhal::tsc::SyncStatus;
 use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
 use clockhal::x86::Hardware;
-use clockhal::{Clock, Duration, Platform, SelfCheck};
+use clockhal::{Clock, Duration, Platform, SelfCheck, WatchdogEvent};
 use clockhal_sim::SimMachine;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -294,6 +294,24 @@ pub fn race<R>(
     });
     readers.check();
     r
+}
+
+/// `n` watchdog periods of 250 ms, each after every reader did `reads`
+/// more reads; the events.
+pub fn ticks(
+    c: &SimClock,
+    m: &SimMachine,
+    readers: &Readers,
+    n: usize,
+    reads: u64,
+) -> Vec<WatchdogEvent> {
+    (0..n)
+        .map(|_| {
+            readers.wait(reads);
+            m.advance(ms(250));
+            c.watchdog_tick()
+        })
+        .collect()
 }
 
 /// `d` of simulated time.
