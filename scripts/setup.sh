@@ -15,14 +15,3 @@ if ! command -v qemu-system-x86_64 >/dev/null; then
         exit 1
     fi
 fi
-# valgrind counts the instructions of clockhal's read paths (the budget step
-# of test-all.sh); without it that step prints SKIP with the reason.
-if ! command -v valgrind >/dev/null; then
-    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-        echo "installing valgrind via apt-get"
-        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; } ||
-            echo "could not install valgrind: the instruction-budget step will SKIP" >&2
-    else
-        echo "missing: valgrind (Debian/Ubuntu package valgrind, as root): the instruction-budget step will SKIP" >&2
-    fi
-fi

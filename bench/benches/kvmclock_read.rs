@@ -2,7 +2,7 @@
 //! ordered `rdtsc`, with the real TSC.
 //!
 //! The area is written once, as a host (or a vDSO page) would, with this
-//! machine's TSC rate calibrated against `std::time::Instant`; CPUID and MSR
+//! machine's TSC rate calibrated against CLOCK_MONOTONIC_RAW; CPUID and MSR
 //! traffic at probe time goes to a simulated KVM so the probe runs in user
 //! space. Reads then touch only the area and the real TSC.
 //!
@@ -18,7 +18,6 @@ use clockhal_x86::{Hardware, Native};
 mod support;
 use criterion::Criterion;
 use std::hint::black_box;
-use std::time::Duration;
 use support as bench_support;
 
 /// Writes `area` as a host does: the real TSC rate, the timeline
@@ -65,11 +64,7 @@ fn bench(c: &mut Criterion) {
 }
 
 fn main() {
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(50)
-        .configure_from_args();
+    let mut c = bench_support::criterion();
     bench(&mut c);
     c.final_summary();
 }

@@ -6,12 +6,18 @@ use criterion::Criterion;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-/// This machine's TSC rate in Hz against `Instant` over ~50 ms.
+/// This machine's TSC rate in Hz, against CLOCK_MONOTONIC_RAW over 50 ms.
 pub fn calibrate_tsc_hz(native: &Native) -> u64 {
-    let (t0, c0) = (Instant::now(), native.rdtsc_ordered());
-    while t0.elapsed() < Duration::from_millis(50) {}
-    let (c1, t1) = (native.rdtsc_ordered(), Instant::now());
-    ((c1 - c0) as u128 * 1_000_000_000 / (t1 - t0).as_nanos()) as u64
+    clockhal_bench::host::tsc_hz_vs_raw(native, Duration::from_millis(50)).round() as u64
+}
+
+/// The benches' criterion settings (command-line options still win).
+pub fn criterion() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(50)
+        .configure_from_args()
 }
 
 /// Median over 301 rounds of `time(b) / time(a)`, each round timing 10,000
@@ -25,9 +31,8 @@ pub fn interleaved_ratio(a: impl Fn() -> u64, b: impl Fn() -> u64) -> f64 {
         }
         t.elapsed().as_nanos() as f64
     }
-    let mut ratios: Vec<f64> = (0..301).map(|_| block(&b) / block(&a)).collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios[ratios.len() / 2]
+    let ratios: Vec<f64> = (0..301).map(|_| block(&b) / block(&a)).collect();
+    clockhal_bench::host::median(&ratios)
 }
 
 /// The baselines every backend is compared with: `rdtsc` and ordered `rdtsc`.

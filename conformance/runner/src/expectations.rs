@@ -40,6 +40,15 @@ impl Expect {
             Expect::UserPagePass => "user-page pass",
         }
     }
+
+    /// The CHECK line (by name) that must pass, for rows that demand one.
+    pub fn check(self) -> Option<&'static str> {
+        match self {
+            Expect::CrossCpuPass => Some("cross-cpu"),
+            Expect::UserPagePass => Some("user-page"),
+            Expect::Present | Expect::Absent | Expect::Selected => None,
+        }
+    }
 }
 
 /// One expectation.

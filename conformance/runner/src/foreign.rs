@@ -54,21 +54,32 @@ impl Guest {
 pub struct ForeignConfig {
     /// Stable name (`--only` selects by it).
     pub name: &'static str,
-    /// Accelerator.
-    pub accel: Accel,
     /// What boots.
     pub guest: Guest,
-    /// Machine and CPU arguments (the peer's, exactly).
-    pub args: &'static [&'static str],
-    /// The PVH configuration with the same machine and CPU.
+    /// The PVH configuration whose accelerator, machine and CPU this row
+    /// boots with ([`ForeignConfig::machine`]).
     pub peer: &'static str,
     /// Why this guest is known to die under this machine's KVM (then a
     /// death is a SKIP with QEMU's error text).
     pub dies_under_kvm: Option<&'static str>,
 }
 
-const Q35_MAX: &[&str] = &["-M", "q35", "-cpu", "max"];
-const Q35_HOST: &[&str] = &["-M", "q35", "-cpu", "host"];
+impl ForeignConfig {
+    /// The peer's configuration: the accelerator and the machine and CPU
+    /// arguments this row boots with.
+    pub fn machine(&self) -> &'static QemuConfig {
+        crate::configs::CONFIGS
+            .iter()
+            .chain(PEER_CONFIGS)
+            .find(|p| p.name == self.peer)
+            .unwrap_or_else(|| panic!("{}: no PVH configuration {}", self.name, self.peer))
+    }
+
+    /// The peer's accelerator.
+    pub fn accel(&self) -> Accel {
+        self.machine().accel
+    }
+}
 
 /// PVH configurations only the foreign rows need: Hermit's FSGSBASE build
 /// needs `-cpu max` (tcg-pc uses qemu64), and Hermit supports one IOAPIC
@@ -94,91 +105,61 @@ const OVMF_DIES: &str =
 pub const CONFIGS: &[ForeignConfig] = &[
     ForeignConfig {
         name: "hermit-q35",
-        accel: Accel::Tcg,
         guest: Guest::Hermit,
-        args: Q35_MAX,
         peer: "tcg-q35",
         dies_under_kvm: None,
     },
     ForeignConfig {
         name: "hermit-pc",
-        accel: Accel::Tcg,
         guest: Guest::Hermit,
-        args: &["-M", "pc", "-cpu", "max"],
         peer: "tcg-pc-max",
         dies_under_kvm: None,
     },
     ForeignConfig {
         name: "hermit-nohpet",
-        accel: Accel::Tcg,
         guest: Guest::Hermit,
-        args: &["-M", "pc,hpet=off", "-cpu", "max"],
         peer: "tcg-pc-nohpet",
         dies_under_kvm: None,
     },
     ForeignConfig {
         name: "hermit-smp2",
-        accel: Accel::Tcg,
         guest: Guest::Hermit,
-        // As tcg-q35-smp2: one TCG thread, so the warp test decides.
-        args: &[
-            "-accel",
-            "tcg,thread=single",
-            "-M",
-            "q35",
-            "-cpu",
-            "max",
-            "-smp",
-            "2",
-        ],
         peer: "tcg-q35-smp2",
         dies_under_kvm: None,
     },
     ForeignConfig {
         name: "hermit-microvm",
-        accel: Accel::Tcg,
         guest: Guest::Hermit,
-        args: &["-M", "microvm,ioapic2=off", "-cpu", "max"],
         peer: "tcg-microvm-io1",
         dies_under_kvm: None,
     },
     ForeignConfig {
         name: "hermit-kvm-q35",
-        accel: Accel::Kvm,
         guest: Guest::Hermit,
-        args: Q35_HOST,
         peer: "kvm-q35",
         dies_under_kvm: Some(XGETBV_DIES),
     },
     ForeignConfig {
         name: "bl-bios-tcg",
-        accel: Accel::Tcg,
         guest: Guest::BootloaderBios,
-        args: Q35_MAX,
         peer: "tcg-q35",
         dies_under_kvm: None,
     },
     ForeignConfig {
         name: "bl-uefi-tcg",
-        accel: Accel::Tcg,
         guest: Guest::BootloaderUefi,
-        args: Q35_MAX,
         peer: "tcg-q35",
         dies_under_kvm: None,
     },
     ForeignConfig {
         name: "bl-bios-kvm",
-        accel: Accel::Kvm,
         guest: Guest::BootloaderBios,
-        args: Q35_HOST,
         peer: "kvm-q35",
         dies_under_kvm: None,
     },
     ForeignConfig {
         name: "bl-uefi-kvm",
-        accel: Accel::Kvm,
         guest: Guest::BootloaderUefi,
-        args: Q35_HOST,
         peer: "kvm-q35",
         dies_under_kvm: Some(OVMF_DIES),
     },
@@ -391,7 +372,7 @@ const KVM_DEATH: &str = "KVM internal error";
 /// a KVM death), with a deadline of `timeout_s`.
 fn run_one(c: &ForeignConfig, build: &Build, timeout_s: u64, log: &Path) -> Outcome {
     let boot = match build {
-        Build::Skip(why) => return Outcome::skipped(c.name, c.accel, why.clone()),
+        Build::Skip(why) => return Outcome::skipped(c.name, c.accel(), why.clone()),
         Build::Failed(why) => return failed(c, why.clone()),
         Build::Ready(_) => match boot_args(c.guest, build) {
             Ok(a) => a,
@@ -399,8 +380,9 @@ fn run_one(c: &ForeignConfig, build: &Build, timeout_s: u64, log: &Path) -> Outc
         },
     };
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(crate::qemu::accel_args(c.accel, c.args))
-        .args(c.args)
+    let machine = c.machine();
+    cmd.args(crate::qemu::accel_args(machine.accel, machine.args))
+        .args(machine.args)
         .args(COMMON_ARGS)
         .args(&boot)
         .stdin(Stdio::null())
@@ -412,7 +394,14 @@ fn run_one(c: &ForeignConfig, build: &Build, timeout_s: u64, log: &Path) -> Outc
         Ok(ch) => ch,
         Err(e) => {
             let exit = Exit::SpawnFailed(e.to_string());
-            return Outcome::from_output(c.name, c.accel, exit, 0.0, "", log.display().to_string());
+            return Outcome::from_output(
+                c.name,
+                c.accel(),
+                exit,
+                0.0,
+                "",
+                log.display().to_string(),
+            );
         }
     };
     let died = Arc::new(AtomicBool::new(false));
@@ -462,7 +451,7 @@ fn run_one(c: &ForeignConfig, build: &Build, timeout_s: u64, log: &Path) -> Outc
     let mut text = out.join().unwrap_or_default();
     let err = err.join().unwrap_or_default();
     if !err.trim().is_empty() {
-        text.push_str("\n--- qemu stderr ---\n");
+        text.push_str(crate::qemu::STDERR_MARKER);
         text.push_str(&err);
     }
     let _ = std::fs::write(log, format!("# {command_line}\n{text}"));
@@ -476,7 +465,8 @@ fn run_one(c: &ForeignConfig, build: &Build, timeout_s: u64, log: &Path) -> Outc
             .trim()
             .to_string();
         if let Some(why) = c.dies_under_kvm {
-            let mut o = Outcome::skipped(c.name, c.accel, format!("{why}: QEMU said \"{error}\""));
+            let mut o =
+                Outcome::skipped(c.name, c.accel(), format!("{why}: QEMU said \"{error}\""));
             o.seconds = seconds;
             o.log = log_name;
             return o;
@@ -503,7 +493,7 @@ fn verdict(c: &ForeignConfig, exit: Exit, seconds: f64, text: &str, log: String)
         Exit::Code(s) if s == bad => Exit::Code(QEMU_EXIT_FAILURE),
         ref other => other.clone(),
     };
-    let mut o = Outcome::from_output(c.name, c.accel, normalised.clone(), seconds, text, log);
+    let mut o = Outcome::from_output(c.name, c.accel(), normalised.clone(), seconds, text, log);
     if normalised == exit && exit == Exit::Code(QEMU_EXIT_SUCCESS) && ok != QEMU_EXIT_SUCCESS {
         o.unexpected.push(format!(
             "QEMU exited with status {QEMU_EXIT_SUCCESS}, but this guest exits with {ok} on success"
@@ -515,7 +505,7 @@ fn verdict(c: &ForeignConfig, exit: Exit, seconds: f64, text: &str, log: String)
 
 /// A row that could not be attempted because its build failed.
 fn failed(c: &ForeignConfig, why: String) -> Outcome {
-    let mut o = Outcome::skipped(c.name, c.accel, String::new());
+    let mut o = Outcome::skipped(c.name, c.accel(), String::new());
     o.ran = true;
     o.skip_reason = None;
     o.unexpected.push(why);
@@ -541,8 +531,8 @@ pub fn run(
             Guest::Hermit => hermit.as_ref(),
             _ => bootloader.as_ref(),
         };
-        match (c.accel, kvm, b) {
-            (Accel::Kvm, Err(why), _) => Outcome::skipped(c.name, c.accel, why.clone()),
+        match (c.accel(), kvm, b) {
+            (Accel::Kvm, Err(why), _) => Outcome::skipped(c.name, c.accel(), why.clone()),
             (_, _, Some(b)) => run_one(c, b, timeout_s, &log_dir.join(format!("{}.log", c.name))),
             (_, _, None) => failed(c, "not built".into()),
         }
@@ -636,18 +626,9 @@ mod tests {
 
     #[test]
     fn every_foreign_row_states_every_source_and_names_a_real_peer() {
-        let pvh: Vec<_> = crate::configs::CONFIGS.iter().chain(PEER_CONFIGS).collect();
         for c in CONFIGS {
-            let peer = pvh
-                .iter()
-                .find(|p| p.name == c.peer)
-                .unwrap_or_else(|| panic!("{}", c.name));
-            assert_eq!(
-                peer.args, c.args,
-                "{} must run on its peer's machine",
-                c.name
-            );
-            assert_eq!(peer.accel, c.accel, "{}", c.name);
+            // Panics when the peer is not a PVH configuration.
+            assert_eq!(c.machine().name, c.peer);
         }
         for name in CONFIGS
             .iter()

@@ -260,31 +260,28 @@ impl Outcome {
         for row in expectations::for_config(self.name) {
             let src = self.source(row.source);
             let present = src.is_some_and(|s| s.present);
+            let check = row.expect.check();
             let ok = match row.expect {
                 Expect::Present => present,
                 Expect::Absent => src.is_some_and(|s| s.reported > 0 && !s.present),
                 Expect::Selected => present && src.is_some_and(|s| s.selected),
-                Expect::CrossCpuPass => src
-                    .and_then(|s| s.check("cross-cpu"))
-                    .is_some_and(|c| c.status == Status::Pass),
-                Expect::UserPagePass => src
-                    .and_then(|s| s.check("user-page"))
+                Expect::CrossCpuPass | Expect::UserPagePass => src
+                    .zip(check)
+                    .and_then(|(s, name)| s.check(name))
                     .is_some_and(|c| c.status == Status::Pass),
             };
             if !ok {
-                let got = match src {
-                    Some(s) if s.reported == 0 => "not reported".to_string(),
-                    Some(s) if !s.present => format!("absent ({})", s.reason),
-                    Some(s) if row.expect == Expect::CrossCpuPass => match s.check("cross-cpu") {
-                        Some(c) => format!("cross-cpu {} ({})", c.status, c.detail),
-                        None => "no cross-cpu check".to_string(),
+                let got = match (src, check) {
+                    (Some(s), _) if s.reported == 0 => "not reported".to_string(),
+                    (Some(s), _) if !s.present => format!("absent ({})", s.reason),
+                    (Some(s), Some(name)) => match s.check(name) {
+                        Some(c) => format!("{name} {} ({})", c.status, c.detail),
+                        None => format!("no {name} check"),
                     },
-                    Some(s) if row.expect == Expect::UserPagePass => match s.check("user-page") {
-                        Some(c) => format!("user-page {} ({})", c.status, c.detail),
-                        None => "no user-page check".to_string(),
-                    },
-                    Some(s) => format!("present, selected={} ({})", s.selected as u8, s.reason),
-                    None => "not reported".to_string(),
+                    (Some(s), None) => {
+                        format!("present, selected={} ({})", s.selected as u8, s.reason)
+                    }
+                    (None, _) => "not reported".to_string(),
                 };
                 v.push(format!(
                     "{} expected {} [{}], got {}",

@@ -5,19 +5,14 @@
 use crate::cpus::HermitCpus;
 use crate::paging::{self, IdentityMemory};
 use clockhal::tsc::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
-use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo};
+use clockhal::x86::paravirt::{HvReferenceTscPage, PhysMapped, PvclockPage};
 use clockhal::x86::{MmioRegion, Native};
 use clockhal::{Clock, Platform, Policy, Report, SourceId};
 use clockhal_conformance::Cpus;
 
-/// pvclock areas: one per vCPU Hermit may run (32 bytes each, one page).
-pub const MAX_CPUS: usize = 16;
-
-/// The kvmclock areas, in one page so that they are physically contiguous.
-#[repr(C, align(4096))]
-struct PvclockPage([PvclockVcpuTimeInfo; MAX_CPUS]);
-
-static PVCLOCK: PvclockPage = PvclockPage([const { PvclockVcpuTimeInfo::new() }; MAX_CPUS]);
+/// The kvmclock areas, one per vCPU, in one page so that they are
+/// physically contiguous.
+static PVCLOCK: PvclockPage = PvclockPage::new();
 static HV_PAGE: HvReferenceTscPage = HvReferenceTscPage::new();
 
 /// What the application found out about the machine.
@@ -72,16 +67,16 @@ pub fn probe(hw: Native, inputs: &Inputs) -> (Report, Option<Clock<Native>>) {
         .hyperv_guest_os_id(clockhal::hyperv::DEFAULT_GUEST_OS_ID)
         .tsc_sync(inputs.tsc_sync)
         .policy(Policy::new());
-    match paging::phys_addr_of(&PVCLOCK.0) {
+    match paging::phys_addr_of(&PVCLOCK) {
         Some(pa) => {
             println!(
                 "hermit-app: pvclock areas at virt {:p} = phys {pa:#x} (page tables)",
-                &PVCLOCK.0
+                &PVCLOCK
             );
             // SAFETY: PVCLOCK's physical address comes from the page tables
             // (contiguity checked); it is a static, reserved for the
             // hypervisor's writes for the life of the program.
-            platform = platform.pvclock_areas(unsafe { PhysMapped::new(&PVCLOCK.0[..], pa) });
+            platform = platform.pvclock_areas(unsafe { PhysMapped::new(&PVCLOCK, pa) }.areas());
         }
         None => println!("hermit-app: pvclock areas not contiguously mapped: kvmclock off"),
     }
