@@ -101,6 +101,13 @@ const fn round_to_u64_ratio(n: u128, d: u128) -> (u128, u128) {
 }
 
 impl Frequency {
+    /// 1 GHz: the rate of a clock that counts nanoseconds (kvmclock, the
+    /// Hyper-V page's interpolated reference time).
+    pub const NANOSECONDS: Frequency = match Frequency::from_hz(1_000_000_000) {
+        Ok(f) => f,
+        Err(_) => panic!("1 GHz is a valid rate"),
+    };
+
     /// A whole number of Hz.
     pub const fn from_hz(hz: u64) -> Result<Self, FrequencyError> {
         Self::from_ratio(hz as u128, 1)

@@ -43,11 +43,12 @@ pub use policy::{Migration, Policy};
 pub use scale::Scale;
 #[cfg(target_has_atomic = "64")]
 pub use slot::{
-    CachedRead, MapSlot, PerCpuSlots, SlotEntry, SlotPool, SlotSet, PER_CPU_SLOTS, SLOT_SETS,
+    CachedRead, MapSlot, PerCpuSlots, SlotEntry, SlotPool, SlotSet, PER_CPU_SLOTS, REVALIDATE_NS,
+    SLOT_SETS,
 };
 pub use source::{ClockSource, Quality, ReadCost, Stability};
 pub use time::{Duration, DurationOverflow, Instant};
-pub use update::{judge_update, UpdateBounds, UpdateFault, UpdateVerdict};
+pub use update::{judge_update, UpdateBounds, UpdateFault, UpdateJudge, UpdateVerdict};
 pub use watchdog::{
     CounterDomain, Fault, Judgement, Member, MemberVerdict, Outcome, Round, Watchdog,
     WatchdogConfig, MAX_MEMBERS,

@@ -93,6 +93,12 @@ impl SlotEntry {
     pub const ORDERED: u32 = 1;
 }
 
+/// A cached map serves readings up to this many ns past its validation;
+/// the next reading re-validates it (one sample of the source). Bounds how
+/// long a map wrapped by a hostile TSC could be believed, at one slow read
+/// per CPU per second.
+pub const REVALIDATE_NS: u64 = 1_000_000_000;
+
 impl MapSlot {
     /// An empty slot (no entry, floor 0).
     pub const fn new() -> MapSlot {

@@ -19,7 +19,8 @@
 //! them is counted by the caller, and the facade's watchdog demotes a
 //! source that keeps producing them.
 
-use crate::TscMap;
+use crate::{MapSlot, TscMap};
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// What a rewrite of the parameters may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +103,94 @@ impl UpdateVerdict {
             UpdateVerdict::Accept(_) => None,
             UpdateVerdict::Reanchor(_, f) | UpdateVerdict::Reject(f) => Some(*f),
         }
+    }
+}
+
+/// A paravirtual clock's judge of its host's updates (kvmclock, the
+/// Hyper-V page): the probe-time map and bounds [`judge_update`] needs, the
+/// last parameters any CPU accepted (per epoch: a CPU's first update is
+/// judged against them where the host promises one timeline), and the
+/// counts of rejected and re-anchored updates.
+///
+/// ```
+/// use clockhal_core::{Frequency, Scale, TscMap, UpdateBounds, UpdateFault, UpdateJudge};
+/// let s = Scale::new(Frequency::from_hz(1_000_000_000).unwrap());
+/// let probe = TscMap::through(&s, 0, 0);
+/// let judge = UpdateJudge::new(probe, UpdateBounds::new(), 7, 2);
+/// assert_eq!(judge.last_accepted(2), Some(probe));
+/// // A multiplier of 0 on a CPU with no earlier map: nothing to read with.
+/// assert_eq!(judge.judge(None, None, 5_000, 9, 2), Err(UpdateFault::Invalid));
+/// // With one, the old map stays; the rejection is counted.
+/// assert_eq!(judge.judge(Some(probe), None, 5_000, 9, 2), Ok(probe));
+/// assert_eq!((judge.rejected(), judge.reanchored()), (2, 0));
+/// ```
+#[derive(Debug)]
+pub struct UpdateJudge {
+    probe: TscMap,
+    bounds: UpdateBounds,
+    accepted: MapSlot,
+    rejected: AtomicU64,
+    reanchored: AtomicU64,
+}
+
+impl UpdateJudge {
+    /// A judge whose first accepted parameters are the probe's (`probe`,
+    /// for the host's token `tag`, in `epoch`).
+    pub fn new(probe: TscMap, bounds: UpdateBounds, tag: u32, epoch: u32) -> UpdateJudge {
+        let accepted = MapSlot::new();
+        accepted.store_map(tag, epoch, probe);
+        UpdateJudge {
+            probe,
+            bounds,
+            accepted,
+            rejected: AtomicU64::new(0),
+            reanchored: AtomicU64::new(0),
+        }
+    }
+
+    /// The map some CPU accepted last in `epoch` (none after the owner
+    /// moved to a new epoch, e.g. a resume: the restored host's first
+    /// parameters are then judged for plausibility alone).
+    pub fn last_accepted(&self, epoch: u32) -> Option<TscMap> {
+        self.accepted.map_of_epoch(epoch)
+    }
+
+    /// Judges `new` (`None`: the parameters give no map) at TSC `at`
+    /// against `last`, the map it replaces. An accepted or re-anchored map
+    /// is recorded as the last accepted one (for `tag`, in `epoch`) and
+    /// returned; a rejected update leaves `last` in use, or is the fault
+    /// when there is no `last`. Rejections and re-anchorings are counted.
+    pub fn judge(
+        &self,
+        last: Option<TscMap>,
+        new: Option<TscMap>,
+        at: u64,
+        tag: u32,
+        epoch: u32,
+    ) -> Result<TscMap, UpdateFault> {
+        let map = match judge_update(last.as_ref(), new, at, &self.probe, &self.bounds) {
+            UpdateVerdict::Accept(m) => m,
+            UpdateVerdict::Reanchor(m, _) => {
+                self.reanchored.fetch_add(1, Relaxed);
+                m
+            }
+            UpdateVerdict::Reject(f) => {
+                self.rejected.fetch_add(1, Relaxed);
+                return last.ok_or(f);
+            }
+        };
+        self.accepted.store_map(tag, epoch, map);
+        Ok(map)
+    }
+
+    /// Updates rejected so far.
+    pub fn rejected(&self) -> u64 {
+        self.rejected.load(Relaxed)
+    }
+
+    /// Updates re-anchored so far (discontinuous beyond the bounds).
+    pub fn reanchored(&self) -> u64 {
+        self.reanchored.load(Relaxed)
     }
 }
 

@@ -21,8 +21,7 @@ use clockhal_x86::Hardware;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-/// A cached map serves readings up to this many ns past its validation.
-pub(crate) const REVALIDATE_NS: u64 = 1_000_000_000;
+pub(crate) use clockhal_core::REVALIDATE_NS;
 
 /// Consecutive reads without a fresh value after which the clock switches
 /// away from its source by itself (no watchdog needed): a source that

@@ -6,8 +6,8 @@ use crate::sync::{
 };
 use crate::{HypervMsrClock, PageError};
 use clockhal_core::{
-    judge_update, ClockSource, Frequency, MapSlot, MonotonicClamp, PerCpuSlots, Quality, ReadCost,
-    SlotEntry, SlotSet, Stability, TscMap, UpdateBounds, UpdateVerdict,
+    ClockSource, Frequency, MonotonicClamp, PerCpuSlots, Quality, ReadCost, SlotEntry, SlotSet,
+    Stability, TscMap, UpdateBounds, UpdateJudge,
 };
 use clockhal_x86::paravirt::{
     hv_disable_reference_tsc, hv_scale_tsc, HvAttempt, HvReferenceTscPage, HvSample, PhysMapped,
@@ -30,16 +30,7 @@ pub const PAGE_STABILITY: Stability = Stability::MONOTONIC_PER_CPU
     .union(Stability::INVARIANT_RATE)
     .union(Stability::SURVIVES_MIGRATION);
 
-/// A cached page map serves readings up to this many ns past its
-/// validation (then one sample re-validates it).
-pub const REVALIDATE_NS: u64 = 1_000_000_000;
-
-/// The page clock counts nanoseconds (the page's 100 ns units,
-/// interpolated by the TSC).
-const NS_RATE: Frequency = match Frequency::from_hz(1_000_000_000) {
-    Ok(f) => f,
-    Err(_) => panic!("1 GHz is a valid rate"),
-};
+pub use clockhal_core::REVALIDATE_NS;
 
 /// Bounded retry of the page's seqlock (clockhal-user's, shared with the
 /// user-space reader).
@@ -138,8 +129,6 @@ pub struct PageMap {
 struct Counters {
     msr_fallbacks: AtomicU64,
     held: AtomicU64,
-    rejected: AtomicU64,
-    reanchored: AtomicU64,
 }
 
 /// The "hyperv-page" clock: Hyper-V reference time in nanoseconds, from the
@@ -160,11 +149,11 @@ pub struct HypervPageClock<H: Hardware> {
     pub(crate) msr: HypervMsrClock<H>,
     page: PhysMapped<HvReferenceTscPage>,
     msr_fallback: bool,
-    probe_map: TscMap,
-    bounds: UpdateBounds,
     /// This clock's per-CPU slots in the machine's pool.
     slot_set: SlotSet,
-    accepted: MapSlot,
+    /// Judges host updates; holds the last parameters any CPU accepted
+    /// (the page is partition-wide).
+    judge: UpdateJudge,
     clamp: MonotonicClamp,
     ordered: AtomicBool,
     epoch: AtomicU32,
@@ -186,16 +175,13 @@ impl<H: Hardware> HypervPageClock<H> {
         let Some(slot_set) = msr.hw.slot_pool().claim() else {
             return Err(msr);
         };
-        let accepted = MapSlot::new();
-        accepted.store_map(page.get().sequence.load(Relaxed), 2, probe_map);
+        let judge = UpdateJudge::new(probe_map, bounds, page.get().sequence.load(Relaxed), 2);
         Ok(HypervPageClock {
             msr,
             page,
             msr_fallback,
-            probe_map,
-            bounds,
             slot_set,
-            accepted,
+            judge,
             clamp: MonotonicClamp::new(),
             ordered: AtomicBool::new(true),
             epoch: AtomicU32::new(2),
@@ -268,26 +254,10 @@ impl<H: Hardware> HypervPageClock<H> {
                 // CPU accepted (the page is partition-wide).
                 let last = cached.map(|e| e.map).or_else(|| self.last_accepted());
                 let new = (s.scale != 0).then(|| TscMap::hyperv(s.scale, s.offset));
-                let v = judge_update(last.as_ref(), new, s.tsc, &self.probe_map, &self.bounds);
-                match v {
-                    UpdateVerdict::Accept(m) => {
-                        self.accept(s.sequence, m);
-                        m
-                    }
-                    UpdateVerdict::Reanchor(m, _) => {
-                        self.counters.reanchored.fetch_add(1, Relaxed);
-                        self.accept(s.sequence, m);
-                        m
-                    }
-                    // Keep reading with the previous parameters.
-                    UpdateVerdict::Reject(f) => {
-                        self.counters.rejected.fetch_add(1, Relaxed);
-                        match last {
-                            Some(m) => m,
-                            None => return Err(PageError::Implausible(f)),
-                        }
-                    }
-                }
+                // A rejected update keeps the previous parameters.
+                self.judge
+                    .judge(last, new, s.tsc, s.sequence, self.epoch.load(Acquire))
+                    .map_err(PageError::Implausible)?
             }
         };
         let ordered = self.ordered.load(Relaxed);
@@ -319,12 +289,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// The map some CPU accepted last in this epoch (none after a resume:
     /// the restored host's first parameters are taken as they are).
     fn last_accepted(&self) -> Option<TscMap> {
-        self.accepted.map_of_epoch(self.epoch.load(Acquire))
-    }
-
-    fn accept(&self, sequence: u32, map: TscMap) {
-        self.accepted
-            .store_map(sequence, self.epoch.load(Acquire), map);
+        self.judge.last_accepted(self.epoch.load(Acquire))
     }
 
     /// Changes whenever readings' validity changes for every CPU (a
@@ -369,8 +334,8 @@ impl<H: Hardware> HypervPageClock<H> {
         PageStats {
             msr_fallbacks: c.msr_fallbacks.load(Relaxed),
             held_reads: c.held.load(Relaxed),
-            rejected_updates: c.rejected.load(Relaxed),
-            reanchored_updates: c.reanchored.load(Relaxed),
+            rejected_updates: self.judge.rejected(),
+            reanchored_updates: self.judge.reanchored(),
         }
     }
 
@@ -406,7 +371,8 @@ impl<H: Hardware> ClockSource for HypervPageClock<H> {
         self.read_ns()
     }
     fn frequency(&self) -> Frequency {
-        NS_RATE
+        // Nanoseconds: the page's 100 ns units, interpolated by the TSC.
+        Frequency::NANOSECONDS
     }
     fn quality(&self) -> Quality {
         PAGE_RATING

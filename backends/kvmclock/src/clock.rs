@@ -3,9 +3,8 @@
 use crate::registry::{Registry, MAX_CPUS};
 use crate::{area::Sample, KvmclockError, WallClock};
 use clockhal_core::{
-    judge_update, ClampGranule, ClockSource, Frequency, MapSlot, MonotonicClamp, PerCpuSlots,
-    Policy, Quality, ReadCost, SlotEntry, SlotSet, Stability, TscMap, UpdateBounds, UpdateFault,
-    UpdateVerdict,
+    ClampGranule, ClockSource, Frequency, MonotonicClamp, PerCpuSlots, Policy, Quality, ReadCost,
+    SlotEntry, SlotSet, Stability, TscMap, UpdateBounds, UpdateFault, UpdateJudge,
 };
 use clockhal_x86::cpuid::{self, KvmFeatures};
 use clockhal_x86::paravirt::{
@@ -36,11 +35,7 @@ pub const STABILITY: Stability = Stability::MONOTONIC_PER_CPU
 /// differs by more than this many ns makes the stable bit untrusted.
 pub const STABLE_AGREEMENT_NS: u64 = 1_000;
 
-/// A cached map serves readings up to this many ns past its validation;
-/// the next reading re-validates (one seqlock sample). Bounds how long a
-/// map wrapped by a hostile TSC could be believed, at one slow read per
-/// CPU per second.
-pub const REVALIDATE_NS: u64 = 1_000_000_000;
+pub use clockhal_core::REVALIDATE_NS;
 
 /// An update's `tsc_timestamp` this many TSC ticks or less behind the
 /// read (about 100 s at 10 GHz) is where its continuity is judged.
@@ -48,12 +43,6 @@ const MAX_ANCHOR_AGE_TICKS: u64 = 1 << 40;
 
 /// Samples retried on the new CPU when the caller migrates during one.
 const MIGRATION_RETRIES: usize = 3;
-
-/// One rate for every kvmclock: its readings are nanoseconds.
-const NS_RATE: Frequency = match Frequency::from_hz(1_000_000_000) {
-    Ok(f) => f,
-    Err(_) => panic!("1 GHz is a valid rate"),
-};
 
 /// Epoch bit set in a slot entry whose readings are ordered across CPUs by
 /// the host (trusted stable bit).
@@ -184,8 +173,6 @@ struct Msrs {
 struct Counters {
     busy: AtomicU64,
     unregistered: AtomicU64,
-    rejected: AtomicU64,
-    reanchored: AtomicU64,
     revoked: AtomicU64,
 }
 
@@ -207,14 +194,12 @@ pub struct Kvmclock<H: Hardware> {
     stable_permitted: bool,
     stable_trusted: AtomicBool,
     boot_cpu: usize,
-    probe_map: TscMap,
-    bounds: UpdateBounds,
     registry: Registry,
     /// This clock's per-CPU slots in the machine's pool.
     slot_set: SlotSet,
-    /// The last parameters any CPU accepted (a CPU's first update is
-    /// judged against them).
-    accepted: MapSlot,
+    /// Judges host updates; holds the last parameters any CPU accepted (a
+    /// CPU's first update is judged against them).
+    judge: UpdateJudge,
     /// Readings of CPUs whose host does not order them (no trusted stable
     /// bit) go through this global clamp.
     clamp: MonotonicClamp,
@@ -273,8 +258,6 @@ impl<H: Hardware> Kvmclock<H> {
             return Err(KvmclockError::NoPerCpuMemory);
         };
         let stable_permitted = features.contains(KvmFeatures::CLOCKSOURCE_STABLE_BIT);
-        let accepted = MapSlot::new();
-        accepted.store_map(first.version, 2, probe_map);
         Ok(Kvmclock {
             boot_cpu: cpu,
             hw,
@@ -283,11 +266,9 @@ impl<H: Hardware> Kvmclock<H> {
             msrs,
             stable_permitted,
             stable_trusted: AtomicBool::new(stable_permitted),
-            probe_map,
-            bounds: config.bounds,
             registry,
             slot_set,
-            accepted,
+            judge: UpdateJudge::new(probe_map, config.bounds, first.version, 2),
             clamp: MonotonicClamp::with_granule(config.clamp_granule),
             epoch: AtomicU32::new(2),
             resume_epoch: AtomicU32::new(2),
@@ -502,26 +483,9 @@ impl<H: Hardware> Kvmclock<H> {
                     Some(back) if back <= MAX_ANCHOR_AGE_TICKS => s.tsc_timestamp,
                     _ => s.tsc,
                 };
-                let v = judge_update(last.as_ref(), new, at, &self.probe_map, &self.bounds);
-
-                match v {
-                    UpdateVerdict::Accept(m) => {
-                        self.accept(s.version, m);
-                        m
-                    }
-                    UpdateVerdict::Reanchor(m, _) => {
-                        self.counters.reanchored.fetch_add(1, Relaxed);
-                        self.accept(s.version, m);
-                        m
-                    }
-                    UpdateVerdict::Reject(f) => {
-                        self.counters.rejected.fetch_add(1, Relaxed);
-                        match last {
-                            Some(m) => m,
-                            None => return Err(ReadMiss::Rejected(f)),
-                        }
-                    }
-                }
+                self.judge
+                    .judge(last, new, at, s.version, self.epoch.load(Acquire))
+                    .map_err(ReadMiss::Rejected)?
             }
         };
         if !ordered {
@@ -548,12 +512,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// The map some CPU accepted last in this epoch (none after a resume:
     /// the restored host's first parameters are taken as they are).
     fn last_accepted(&self) -> Option<TscMap> {
-        self.accepted.map_of_epoch(self.epoch.load(Acquire))
-    }
-
-    fn accept(&self, version: u32, map: TscMap) {
-        self.accepted
-            .store_map(version, self.epoch.load(Acquire), map);
+        self.judge.last_accepted(self.epoch.load(Acquire))
     }
 
     /// Changes whenever readings' validity changes for every CPU (a revoked
@@ -684,8 +643,8 @@ impl<H: Hardware> Kvmclock<H> {
         KvmclockStats {
             busy_reads: c.busy.load(Relaxed),
             unregistered_reads: c.unregistered.load(Relaxed),
-            rejected_updates: c.rejected.load(Relaxed),
-            reanchored_updates: c.reanchored.load(Relaxed),
+            rejected_updates: self.judge.rejected(),
+            reanchored_updates: self.judge.reanchored(),
             stable_revocations: c.revoked.load(Relaxed),
         }
     }
@@ -748,7 +707,8 @@ impl<H: Hardware> ClockSource for Kvmclock<H> {
         self.read_ns()
     }
     fn frequency(&self) -> Frequency {
-        NS_RATE
+        // One rate for every kvmclock: its readings are nanoseconds.
+        Frequency::NANOSECONDS
     }
     fn quality(&self) -> Quality {
         RATING
