@@ -42,6 +42,8 @@ step "host tests (simulated machine)"
 cargo test --workspace --all-features --exclude clockhal-invariants
 # What a kernel that disables backends sees (rejected "feature disabled").
 cargo test -p clockhal --no-default-features --features tsc,kvmclock --test feature_disabled
+# The facade's doc examples gate themselves on the backends they need.
+cargo test -q -p clockhal --no-default-features --doc
 
 step "invariant checks: seeded random stream + fuzz corpus replay (deep runs: scripts/deep-checks.sh)"
 (cd fuzz && cargo fmt --all -- --check)

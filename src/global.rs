@@ -12,6 +12,7 @@
 //! program; later ones are refused with [`AlreadyInstalled`].
 //!
 //! ```
+//! # #[cfg(feature = "kvmclock")] {
 //! use clockhal::{global, Platform};
 //! use clockhal_sim::SimMachine;
 //!
@@ -29,6 +30,7 @@
 //! assert!(t <= clock.now());
 //! assert!(global::unix_time_ns().is_some()); // kvmclock's wall clock
 //! assert_eq!(global::install(clock), Err(global::AlreadyInstalled));
+//! # }
 //! ```
 //!
 //! A `defmt` timestamp (µs, 0 before the clock is installed):
@@ -104,6 +106,7 @@ static GLOBAL: spin::Once<&'static dyn ClockNow> = spin::Once::new();
 /// already installed (it stays).
 ///
 /// ```
+/// # #[cfg(feature = "tsc")] {
 /// use clockhal::{global, Clock, Platform};
 /// use clockhal_sim::SimMachine;
 /// use std::sync::OnceLock;
@@ -114,6 +117,7 @@ static GLOBAL: spin::Once<&'static dyn ClockNow> = spin::Once::new();
 /// let clock = CLOCK.get_or_init(|| clockhal::probe(m, Platform::new()).into_clock().unwrap());
 /// assert_eq!(global::install(clock), Ok(()));
 /// assert_eq!(global::install(clock), Err(global::AlreadyInstalled));
+/// # }
 /// ```
 pub fn install<C: ClockNow>(clock: &'static C) -> Result<(), AlreadyInstalled> {
     let mut ours = false;

@@ -121,6 +121,7 @@ impl fmt::Display for LapicRate {
 /// Why [`Clock::calibrate_lapic`] gave no rate.
 ///
 /// ```
+/// # #[cfg(feature = "tsc")] {
 /// use clockhal::lapic::LapicError;
 /// use clockhal::{Duration, Platform};
 /// use clockhal_sim::SimMachine;
@@ -130,6 +131,7 @@ impl fmt::Display for LapicRate {
 /// // The OS's start closure did not start the timer: the count stays.
 /// let e = clock.calibrate_lapic(|_| {}, || 0x1234, Duration::from_micros(100));
 /// assert_eq!(e, Err(LapicError::NotCounting { first: 0x1234, last: 0x1234 }));
+/// # }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -229,12 +231,14 @@ impl<H: Hardware + Clone> Clock<H> {
     /// ([`calibrate_lapic`](Self::calibrate_lapic)).
     ///
     /// ```
+    /// # #[cfg(feature = "kvmclock")] {
     /// # use clockhal_sim::SimMachine;
     /// let m = SimMachine::qemu_kvm_invtsc();
     /// let platform = clockhal::Platform::new().pvclock_areas(m.alloc_pvclock_areas(1));
     /// let clock = clockhal::probe(&m, platform).into_clock().unwrap();
     /// let rate = clock.lapic_rate().unwrap();
     /// assert_eq!(rate.to_string(), "1000000000 Hz (hypervisor timing leaf)");
+    /// # }
     /// ```
     pub fn lapic_rate(&self) -> Option<LapicRate> {
         stated_rate(&self.hw)
@@ -258,6 +262,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// closures.
     ///
     /// ```
+    /// # #[cfg(feature = "tsc")] {
     /// use clockhal::{Duration, Platform};
     /// use clockhal_sim::SimMachine;
     /// use std::cell::Cell;
@@ -275,6 +280,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// let rate = clock.calibrate_lapic(start, read, Duration::from_millis(10)).unwrap();
     /// let hz = rate.frequency.hz_rounded();
     /// assert!(hz.abs_diff(1_500_000) <= 1_500, "{rate}");
+    /// # }
     /// ```
     pub fn calibrate_lapic(
         &self,

@@ -29,6 +29,7 @@ pub const STALL_READS: u32 = 1_000_000;
 /// [`STALL_READS`] times in a row (it stopped).
 ///
 /// ```
+/// # #[cfg(feature = "tsc")] {
 /// use clockhal::{Duration, Platform, Stalled};
 /// use clockhal_sim::SimMachine;
 ///
@@ -38,6 +39,7 @@ pub const STALL_READS: u32 = 1_000_000;
 ///     Ok(()) => {} // 20 µs passed on the clock
 ///     Err(Stalled { at, remaining }) => panic!("stood still at {at}, {remaining} short"),
 /// }
+/// # }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

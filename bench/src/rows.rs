@@ -15,7 +15,7 @@ use crate::host;
 use crate::hw::{Persona, UserHw};
 use crate::measure::Row;
 use clockhal::{Platform, SourceId};
-use clockhal_core::{ClampGranule, ClockSource, Frequency, Migration, Policy, Scale};
+use clockhal_core::{ClampGranule, ClockSource, Frequency, Migration, Policy, Scale, TscMap};
 use clockhal_hyperv::{Hyperv, HypervConfig};
 use clockhal_kvmclock::{read_area, Kvmclock, KvmclockConfig};
 use clockhal_linux::LivePvclock;
@@ -24,7 +24,7 @@ use clockhal_tsc::{RateProvenance, SyncStatus, Tsc, TscOptions};
 use clockhal_x86::paravirt::{
     hv_next_sequence, hv_reference_scale, pvclock_time_scale, PVCLOCK_TSC_STABLE_BIT,
 };
-use clockhal_x86::{Hardware, Native};
+use clockhal_x86::{cpu_local_max, Hardware, Native};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -56,11 +56,13 @@ pub const KVM_COARSE: &str = "clockhal kvmclock -> ns (clamp, 1024 ns granule, 1
 pub const USER: &str = "clockhal-user clock page (ClockReader::now, TSC state)";
 /// The Hyper-V page clock's read and the conversion to ns.
 pub const HV: &str = "clockhal Hyper-V page -> ns";
+/// `Clock::stamp()`: the unordered TSC stamp for tracing.
+pub const STAMP: &str = "clockhal::Clock::stamp() (unordered, for tracing)";
 
 /// The clockhal fast paths whose instructions per read have a budget
 /// (`bench/instruction-budgets.json`).
 pub const BUDGETED: &[&str] = &[
-    FACADE_TSC, FACADE_KVM, FACADE_HV, TSC, KVM_STABLE, KVM_CLAMP, KVM_COARSE, HV, USER,
+    FACADE_TSC, FACADE_KVM, FACADE_HV, TSC, KVM_STABLE, KVM_CLAMP, KVM_COARSE, HV, USER, STAMP,
 ];
 
 /// Why the contended rows have no instruction count.
@@ -181,6 +183,14 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     r.add(FACADE_HV, COUNTED, || {
         facade_row(FACADE_HV, Facade::HypervPage, tsc_hz)
     });
+    r.add(STAMP, COUNTED, || {
+        let clock: &'static clockhal::Clock<UserHw> =
+            Box::leak(Box::new(facade_clock(Facade::Tsc, tsc_hz)?));
+        clock
+            .stamp_converter()
+            .ok_or("no stamp converter on the TSC")?;
+        Ok(Row::new(STAMP, move || clock.stamp()))
+    });
     const HOSTED: &str = "clockhal::Clock::now() (hosted, tsc)";
     r.add(HOSTED, Err(NO_VDSO), || hosted_row(HOSTED, tsc_hz));
     r.add(KVM_STABLE, COUNTED, || {
@@ -300,6 +310,18 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
         let m = ((1_000_000_000u128 << 64) / tsc_hz as u128) as u64;
         Ok(Row::new(D_MUL, move || {
             ((hw.rdtsc_ordered() as u128 * m as u128) >> 64) as u64
+        }))
+    });
+    // The least any checked TSC-based read can cost here: the ordered
+    // read, the 64.64 map every TSC-based source is reduced to, and the
+    // interrupt-safe per-CPU floor; no slot, no token, no checks.
+    const D_FLOOR: &str = "diag: ordered rdtsc + TscMap + CPU-local floor (no checks)";
+    r.add(D_FLOOR, COUNTED, || {
+        let f = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
+        let map = TscMap::through(&Scale::new(f), 0, 0);
+        let floor: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+        Ok(Row::new(D_FLOOR, move || {
+            cpu_local_max(floor, map.apply(hw.rdtsc_ordered()))
         }))
     });
     const D_HV100: &str = "diag: clockhal Hyper-V page read x 100 (integer ratio)";

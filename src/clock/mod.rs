@@ -5,10 +5,12 @@
 mod read;
 #[cfg(feature = "tsc")]
 mod refine;
+mod stamp;
 mod user_page;
 mod watchdog;
 
 pub(crate) use read::{MapNow, Mapped};
+pub use stamp::{Stamp, StampConverter};
 pub use watchdog::WatchdogEvent;
 
 use crate::probe::Backends;
