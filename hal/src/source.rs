@@ -167,6 +167,34 @@ bitflags::bitflags! {
     }
 }
 
+impl Stability {
+    /// What a platform device counter guarantees (the HPET, the ACPI PM
+    /// timer, the PIT): one fixed-rate counter for every CPU, emulated by
+    /// a VMM at its nominal rate wherever the VM runs; each read exits to
+    /// the hypervisor when there is one; `extended` when narrower than 64
+    /// bits.
+    ///
+    /// ```
+    /// use clockhal_core::Stability;
+    /// let pm = Stability::device_counter(true, true);
+    /// assert_eq!(pm.to_string(), "mono,smp,inv,migr,trap,ext");
+    /// assert!(!Stability::device_counter(false, false).contains(Stability::TRAPS_EVERY_READ));
+    /// ```
+    pub const fn device_counter(under_hypervisor: bool, extended: bool) -> Stability {
+        let mut s = Stability::MONOTONIC_PER_CPU
+            .union(Stability::MONOTONIC_ACROSS_CPUS)
+            .union(Stability::INVARIANT_RATE)
+            .union(Stability::SURVIVES_MIGRATION);
+        if under_hypervisor {
+            s = s.union(Stability::TRAPS_EVERY_READ);
+        }
+        if extended {
+            s = s.union(Stability::SOFTWARE_EXTENDED);
+        }
+        s
+    }
+}
+
 #[cfg(feature = "defmt")]
 impl defmt::Format for Stability {
     fn format(&self, f: defmt::Formatter) {

@@ -103,15 +103,7 @@ impl<H: Hardware> AcpiPm<H> {
         } else {
             PmMode::Verified
         };
-        let mut stability = Stability::MONOTONIC_PER_CPU
-            | Stability::MONOTONIC_ACROSS_CPUS
-            | Stability::INVARIANT_RATE
-            // Emulated by the VMM at its nominal rate wherever the VM runs.
-            | Stability::SURVIVES_MIGRATION
-            | Stability::SOFTWARE_EXTENDED;
-        if cpuid::hypervisor_present(&hw) {
-            stability |= Stability::TRAPS_EVERY_READ;
-        }
+        let stability = Stability::device_counter(cpuid::hypervisor_present(&hw), true);
         let pm = AcpiPm {
             hw,
             port,

@@ -104,17 +104,7 @@ impl<H: Hardware> Hpet<H> {
             return Err(HpetError::NotAdvancing);
         }
 
-        let mut stability = Stability::MONOTONIC_PER_CPU
-            | Stability::MONOTONIC_ACROSS_CPUS
-            | Stability::INVARIANT_RATE;
-        // An emulated HPET keeps its nominal rate wherever the VM runs.
-        stability |= Stability::SURVIVES_MIGRATION;
-        if cpuid::hypervisor_present(&hw) {
-            stability |= Stability::TRAPS_EVERY_READ;
-        }
-        if !wide {
-            stability |= Stability::SOFTWARE_EXTENDED;
-        }
+        let stability = Stability::device_counter(cpuid::hypervisor_present(&hw), !wide);
         let ext = WrapExtender::new(if wide { 64 } else { 32 }, counter(&hw, region, wide));
         Ok(Hpet {
             hw,

@@ -251,15 +251,7 @@ impl<H: Hardware> Pit<H> {
             });
         }
         let overrun_tsc = tsc_per_ticks(&hw, OVERRUN_TICKS)?;
-        let mut stability = Stability::MONOTONIC_PER_CPU
-            | Stability::MONOTONIC_ACROSS_CPUS
-            | Stability::INVARIANT_RATE
-            // Emulated by the VMM at its nominal rate wherever the VM runs.
-            | Stability::SURVIVES_MIGRATION
-            | Stability::SOFTWARE_EXTENDED;
-        if cpuid::hypervisor_present(&hw) {
-            stability |= Stability::TRAPS_EVERY_READ;
-        }
+        let stability = Stability::device_counter(cpuid::hypervisor_present(&hw), true);
         let ext = WrapExtender::new(16, up(pit::read_channel2(&hw)));
         Ok(Pit {
             last_tsc: AtomicU64::new(hw.rdtsc()),
