@@ -16,7 +16,9 @@
 //!   [`Instant`] that never goes backwards (see [`Clock`] for exactly what
 //!   is guaranteed across CPUs), [`Clock::watchdog_tick`] cross-checks the
 //!   current source against every other one at run time and switches away
-//!   from a faulty one without a backward step.
+//!   from a faulty one without a backward step. [`Clock::stamp`] is the
+//!   tracing read: one unordered `rdtsc`, turned into an [`Instant`] later
+//!   by a [`StampConverter`].
 //! - The report prints like FreeBSD's `kern.timecounter.choice`, with
 //!   reasons: `kvmclock(400, selected) tsc(290, rate from pvclock,
 //!   supervised) hpet(250, traps) acpi-pm(120, verified mode)`, and as a
