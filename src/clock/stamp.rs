@@ -35,8 +35,9 @@ impl Stamp {
 /// It converts exactly as [`Clock::now`] would have at the moment it was
 /// built. Stamps taken long before or after are extrapolated with that
 /// one map: a later host update of kvmclock or the Hyper-V page (a rate
-/// correction, a migration) is not in it, so build a fresh converter per
-/// trace buffer, say every second. Stamps whose instant would lie before
+/// correction, a migration) is not in it, nor a later source switch (which
+/// moves the source's place on the timeline), so build a fresh converter
+/// per trace buffer, say every second. Stamps whose instant would lie before
 /// the clock's 0 (or past 2^63 ns) give `None`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
