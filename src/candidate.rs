@@ -424,9 +424,11 @@ impl Candidate {
         matches!(&self.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
     }
 
-    /// Demotes a constructed candidate (a rejected one stays rejected).
+    /// Demotes a constructed candidate (a rejected one stays rejected, a
+    /// demoted one keeps its first reason).
     pub(crate) fn demote(&mut self, reason: Demotion) {
-        if let Some(d) = self.descriptor().copied() {
+        // The first reason stays: the one the switch event reported.
+        if let Verdict::Usable(d) = self.verdict {
             self.verdict = Verdict::Demoted {
                 descriptor: d,
                 reason,

@@ -45,6 +45,9 @@ pub(crate) trait Mapped {
     /// The best value without a map, in the source's own nanoseconds (the
     /// Hyper-V page's MSR fallback), if any.
     fn fallback_ns(&self, cpu: usize) -> Option<u64>;
+    /// The source whose counter [`fallback_ns`](Self::fallback_ns) reads:
+    /// it cannot vouch for its own readings in the jump check.
+    const FALLBACK_ORIGIN: Option<SourceId> = None;
 }
 
 impl<H: Hardware + Clone> Clock<H> {
@@ -150,7 +153,13 @@ impl<H: Hardware + Clone> Clock<H> {
                 Some(ns) if ns.wrapping_add(offset) > BEFORE_ZERO => {
                     return self.raise(cpu, false, 0);
                 }
-                Some(ns) => (ns.wrapping_add(offset), false),
+                Some(ns) => {
+                    let v = ns.wrapping_add(offset);
+                    if !self.plausible_from(v, M::FALLBACK_ORIGIN) {
+                        return self.hold(cpu);
+                    }
+                    (v, false)
+                }
                 None => return self.hold(cpu),
             },
         };
@@ -227,10 +236,16 @@ impl<H: Hardware + Clone> Clock<H> {
     /// beyond what the reference explains is a fault of the source: it is
     /// not returned, and the source is demoted.
     fn plausible(&self, v: u64) -> bool {
+        self.plausible_from(v, None)
+    }
+
+    /// [`plausible`](Self::plausible) for a reading of `origin`'s counter
+    /// (a fallback): `origin` cannot be the reference that confirms it.
+    fn plausible_from(&self, v: u64, origin: Option<SourceId>) -> bool {
         if v <= self.ceiling.load(Acquire) {
             return true;
         }
-        match self.verify_jump(v) {
+        match self.verify_jump(v, origin) {
             Ok(()) => true,
             Err(Some(excess_ns)) => {
                 self.demote_current(Demotion::Jumped { excess_ns });

@@ -20,9 +20,17 @@ use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering;
 
 /// The watchdog's state, under the clock's watchdog lock.
+/// Which source each member is, and what the watchdog was told about it
+/// (a changed domain, e.g. the Hyper-V page falling back to the MSR,
+/// starts a new comparison).
+pub(crate) type MemberKey = (
+    [Option<SourceId>; MAX_MEMBERS],
+    [Option<CounterDomain>; MAX_MEMBERS],
+);
+
 pub(crate) struct State {
     /// The comparison over the current members, and which source each is.
-    pub(crate) core: Option<(Watchdog, [Option<SourceId>; MAX_MEMBERS])>,
+    pub(crate) core: Option<(Watchdog, MemberKey)>,
     /// Backend host-fault counters at the previous tick.
     faults_seen: [u64; MAX_CANDIDATES],
     /// For the jump check: a clock instant and an independent 64-bit
@@ -118,6 +126,16 @@ pub(crate) fn domain(id: SourceId) -> CounterDomain {
 }
 
 impl<H: Hardware + Clone> Clock<H> {
+    /// The counter `id` reads now: the Hyper-V page reads the MSR while it
+    /// falls back to it (then the two are one vote, not two).
+    pub(crate) fn domain_now(&self, id: SourceId) -> CounterDomain {
+        if id == SourceId::HypervPage && self.backends.hyperv_page_falls_back(self.hw.cpu_index()) {
+            CounterDomain::HypervisorCounter
+        } else {
+            domain(id)
+        }
+    }
+
     /// Cross-checks every source and acts on the verdict.
     ///
     /// Call it periodically from one place (a timer), every 100 ms to 1 s
@@ -166,7 +184,7 @@ impl<H: Hardware + Clone> Clock<H> {
             ids[n] = Some(c.id);
             members[n] = Some(Member {
                 rate: d.frequency,
-                domain: domain(c.id),
+                domain: self.domain_now(c.id),
                 conditional: self.conditional(c.id),
             });
             n += 1;
@@ -185,10 +203,15 @@ impl<H: Hardware + Clone> Clock<H> {
         };
         // The first `n` are the members (the rest repeat the first, unused).
         let members = members.map(|m| m.unwrap_or(first));
-        let same = st.core.as_ref().is_some_and(|(_, m)| *m == ids);
+        let key: MemberKey = (
+            ids,
+            core::array::from_fn(|i| (i < n).then(|| members[i].domain)),
+        );
+        let same = st.core.as_ref().is_some_and(|(_, k)| *k == key);
         if !same || restart {
-            st.core = Some((Watchdog::new(&members[..n], self.settings.watchdog), ids));
+            st.core = Some((Watchdog::new(&members[..n], self.settings.watchdog), key));
         }
+        let cur_domain = members[cur_m].domain;
         // The reference: the best other member that needs no supervision,
         // preferring a counter of another domain than the current one.
         let reference = (0..n)
@@ -200,7 +223,7 @@ impl<H: Hardware + Clone> Clock<H> {
                     .get(id)
                     .and_then(|c| c.rating())
                     .map_or(i32::MIN, |q| q.get());
-                (!m.conditional, m.domain != domain(cur), rating)
+                (!m.conditional, m.domain != cur_domain, rating)
             })
             .unwrap_or(0);
         let (Some(ref_id), Some((core, _))) = (ids[reference], st.core.as_mut()) else {
@@ -361,10 +384,11 @@ impl<H: Hardware + Clone> Clock<H> {
         ref_m: usize,
     ) {
         let cur = self.source_id();
+        let cur_domain = self.domain_now(cur);
         st.anchor = None;
         for (m, id) in ids.iter().enumerate() {
             let Some(id) = *id else { continue };
-            if id == cur || domain(id) == domain(cur) || !self.is_wide(id) {
+            if id == cur || self.domain_now(id) == cur_domain || !self.is_wide(id) {
                 continue;
             }
             let ticks = if m == ref_m {
@@ -390,9 +414,10 @@ impl<H: Hardware + Clone> Clock<H> {
     /// that much time passed? `Err(Some(excess))` when it does not by more
     /// than 1% + 1 s; `Err(None)` when it cannot be told now (a watchdog
     /// tick or a switch holds the lock: the read holds, the next one asks
-    /// again). Without any independent counter the reading is taken, and
-    /// the ceiling moves.
-    pub(crate) fn verify_jump(&self, v: u64) -> Result<(), Option<u64>> {
+    /// again, and when `v` is a reading of the reference's own counter
+    /// (`origin`: a fallback), which cannot confirm itself). Without any
+    /// independent counter the reading is taken, and the ceiling moves.
+    pub(crate) fn verify_jump(&self, v: u64, origin: Option<SourceId>) -> Result<(), Option<u64>> {
         let max_jump = self.settings.max_jump.as_nanos();
         let Some(st) = self.watchdog.try_lock() else {
             return Err(None);
@@ -402,6 +427,10 @@ impl<H: Hardware + Clone> Clock<H> {
             self.raise_ceiling(v.saturating_add(max_jump));
             return Ok(());
         };
+        if origin == Some(id) {
+            // The reading comes from the reference itself: not confirmed.
+            return Err(None);
+        }
         let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
             return Ok(());
         };
@@ -433,7 +462,11 @@ impl<H: Hardware + Clone> Clock<H> {
         let report = *self.report.lock();
         let anchor = report.candidates().find_map(|c| {
             let usable = matches!(c.verdict, Verdict::Usable(_));
-            if !usable || c.id == cur || domain(c.id) == domain(cur) || !self.is_wide(c.id) {
+            if !usable
+                || c.id == cur
+                || self.domain_now(c.id) == self.domain_now(cur)
+                || !self.is_wide(c.id)
+            {
                 return None;
             }
             self.backends

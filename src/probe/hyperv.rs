@@ -65,6 +65,7 @@ mod enabled {
         fn fallback_ns(&self, _: usize) -> Option<u64> {
             HypervPageClock::fallback_ns(self)
         }
+        const FALLBACK_ORIGIN: Option<SourceId> = Some(SourceId::HypervMsr);
     }
 
     impl<H: Hardware + Clone> crate::probe::Backends<H> {
@@ -72,6 +73,11 @@ mod enabled {
         #[inline(always)]
         pub(crate) fn hyperv_page_mapped(&self) -> Option<&HypervPageClock<H>> {
             self.hyperv.as_ref().and_then(|h| h.page())
+        }
+
+        /// The page's readings on CPU `cpu` are the MSR's now.
+        pub(crate) fn hyperv_page_falls_back(&self, cpu: usize) -> bool {
+            self.hyperv_page_mapped().is_some_and(|p| p.falls_back(cpu))
         }
     }
 
@@ -116,6 +122,11 @@ mod enabled {
         #[inline(always)]
         pub(crate) fn hyperv_page_mapped(&self) -> Option<&HypervBackend<H>> {
             None
+        }
+
+        /// The page's readings are the MSR's now: there is no page.
+        pub(crate) fn hyperv_page_falls_back(&self, _: usize) -> bool {
+            false
         }
     }
 }

@@ -13,7 +13,7 @@
 //! ([`pvclock_scale_delta`], [`pvclock_tsc_hz_ratio`], [`hv_scale_tsc`], ...).
 //! The never-backwards filter they share is `clockhal_core::MonotonicGuard`.
 
-use crate::{Hardware, Msr};
+use crate::{rdmsr_checked, Hardware, Msr};
 
 mod scale;
 
@@ -196,9 +196,10 @@ impl<T> PhysMapped<[T]> {
     }
 }
 
-/// Why a registration was refused before touching any MSR.
+/// Why a registration was refused (before any MSR was written).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum RegisterError {
     /// The physical address is not aligned as the ABI requires.
     Misaligned,
@@ -207,6 +208,10 @@ pub enum RegisterError {
     /// Simulated memory ([`PhysMapped::simulated`]) offered to hardware
     /// that is not a simulator.
     Simulated,
+    /// Reading the MSR raised #GP (where the OS recovers from that,
+    /// [`Hardware::recovers_msr_faults`]): the hypervisor does not offer
+    /// it (any more).
+    Faulted,
 }
 
 impl core::fmt::Display for RegisterError {
@@ -215,6 +220,7 @@ impl core::fmt::Display for RegisterError {
             RegisterError::Misaligned => "memory not aligned as the ABI requires",
             RegisterError::WrongMsr => "MSR does not take this kind of memory",
             RegisterError::Simulated => "simulated memory offered to real hardware",
+            RegisterError::Faulted => "the MSR raised #GP",
         })
     }
 }
@@ -297,15 +303,19 @@ pub fn hv_enable_reference_tsc<H: Hardware>(
     if page.phys() % 4096 != 0 {
         return Err(RegisterError::Misaligned);
     }
-    let reserved = hw.rdmsr(Msr::HV_REFERENCE_TSC) & 0xFFE;
+    let reserved = rdmsr_checked(hw, Msr::HV_REFERENCE_TSC).ok_or(RegisterError::Faulted)? & 0xFFE;
     // SAFETY: `PhysMapped::new`'s contract: the page is ours to hand over.
     unsafe { hw.wrmsr(Msr::HV_REFERENCE_TSC, page.phys() | reserved | 1) };
     Ok(())
 }
 
-/// Disables the reference TSC page (keeps reserved bits).
+/// Disables the reference TSC page (keeps reserved bits). Does nothing
+/// where reading the MSR raised #GP (a partition that withdrew it has no
+/// page to disable).
 pub fn hv_disable_reference_tsc<H: Hardware>(hw: &H) {
-    let reserved = hw.rdmsr(Msr::HV_REFERENCE_TSC) & 0xFFE;
+    let Some(current) = rdmsr_checked(hw, Msr::HV_REFERENCE_TSC) else {
+        return;
+    };
     // SAFETY: clearing the enable bit hands over no memory.
-    unsafe { hw.wrmsr(Msr::HV_REFERENCE_TSC, reserved) }
+    unsafe { hw.wrmsr(Msr::HV_REFERENCE_TSC, current & 0xFFE) }
 }

@@ -50,13 +50,18 @@ impl<H: Hardware> HypervMsrClock<H> {
     /// counted in [`faults`](Self::faults)) instead of a crash.
     #[inline]
     pub(crate) fn raw_100ns(&self) -> u64 {
-        match rdmsr_checked(&self.hw, Msr::HV_TIME_REF_COUNT) {
-            Some(v) => v,
-            None => {
-                self.faults.fetch_add(1, Relaxed);
-                self.clamp.last()
-            }
+        self.try_raw_100ns().unwrap_or_else(|| self.clamp.last())
+    }
+
+    /// TIME_REF_COUNT, or `None` (counted in [`faults`](Self::faults))
+    /// when the read raised #GP: no fresh value.
+    #[inline]
+    pub(crate) fn try_raw_100ns(&self) -> Option<u64> {
+        let v = rdmsr_checked(&self.hw, Msr::HV_TIME_REF_COUNT);
+        if v.is_none() {
+            self.faults.fetch_add(1, Relaxed);
         }
+        v
     }
 
     /// Reads of TIME_REF_COUNT that faulted (the partition withdrew the

@@ -137,9 +137,13 @@ struct Counters {
 /// Reads cost `rdtsc`, a few loads of the calling CPU's cached map and one
 /// multiply; while the host marks the page invalid (sequence 0, e.g. around
 /// a live migration) a read takes TIME_REF_COUNT instead (one exit, counted
-/// in [`PageStats::msr_fallbacks`]). Each host update of scale or offset is
-/// judged once per CPU ([`clockhal_core::judge_update`]) before a reading
-/// uses it. Never earlier than a value returned before on the same CPU;
+/// in [`PageStats::msr_fallbacks`]; a read whose MSR access raises #GP
+/// holds). Each host update of scale or offset is judged once per CPU
+/// ([`clockhal_core::judge_update`]) before a reading uses it; the MSR's
+/// value is the partition's word as the TLFS defines it, and `clockhal`'s
+/// `Clock` checks it against an independent counter before returning it
+/// (the MSR cannot vouch for itself there, and the watchdog counts this
+/// clock as the MSR while it falls back: [`falls_back`](Self::falls_back)). Never earlier than a value returned before on the same CPU;
 /// across CPUs ordered by the hypervisor's promise (or, after
 /// [`distrust_order`](Self::distrust_order), by a global clamp).
 ///
@@ -222,16 +226,23 @@ impl<H: Hardware> HypervPageClock<H> {
     fn read_slow(&self, cpu: usize) -> u64 {
         match self.page_map(cpu) {
             Ok(m) => self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
-            Err(_) if self.msr_fallback => {
-                self.counters.msr_fallbacks.fetch_add(1, Relaxed);
-                // A global counter: ordered across CPUs by the clamp.
-                self.floor(cpu, false, self.msr.raw_100ns().saturating_mul(100))
-            }
-            Err(_) => {
-                self.counters.held.fetch_add(1, Relaxed);
-                self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor()))
-            }
+            Err(_) => match self.fallback_ns() {
+                Some(ns) => {
+                    self.counters.msr_fallbacks.fetch_add(1, Relaxed);
+                    // A global counter: ordered across CPUs by the clamp.
+                    self.floor(cpu, false, ns)
+                }
+                None => self.hold(cpu),
+            },
         }
+    }
+
+    /// No fresh value: what this CPU or, through the clamp, any CPU
+    /// returned (counted).
+    #[cold]
+    fn hold(&self, cpu: usize) -> u64 {
+        self.counters.held.fetch_add(1, Relaxed);
+        self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor()))
     }
 
     /// The validated map of the page now, as CPU `cpu` sees it (one
@@ -279,11 +290,22 @@ impl<H: Hardware> HypervPageClock<H> {
         })
     }
 
+    /// Whether a read on CPU `cpu` now returns the MSR's value (the page is
+    /// invalid, stuck or its parameters were rejected, and the partition
+    /// offers TIME_REF_COUNT): a cross-check must then count this clock
+    /// as the MSR, not as the TSC.
+    pub fn falls_back(&self, cpu: usize) -> bool {
+        self.msr_fallback && self.page_map(cpu).is_err()
+    }
+
     /// TIME_REF_COUNT in ns, when the partition offers it: what a read
-    /// returns while the page is invalid (one exit).
+    /// returns while the page is invalid (one exit). `None` also when the
+    /// read raised #GP (no fresh value; counted as a host fault).
     pub fn fallback_ns(&self) -> Option<u64> {
-        self.msr_fallback
-            .then(|| self.msr.raw_100ns().saturating_mul(100))
+        if !self.msr_fallback {
+            return None;
+        }
+        self.msr.try_raw_100ns().map(|r| r.saturating_mul(100))
     }
 
     /// The map some CPU accepted last in this epoch (none after a resume:
