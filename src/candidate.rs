@@ -437,6 +437,7 @@ impl Candidate {
     }
 
     /// Replaces the descriptor (a rating that changed), keeping the verdict.
+    #[cfg(feature = "tsc")]
     pub(crate) fn set_descriptor(&mut self, d: Descriptor) {
         match &mut self.verdict {
             Verdict::Usable(x) | Verdict::Demoted { descriptor: x, .. } => *x = d,

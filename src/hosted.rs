@@ -10,9 +10,9 @@
 //! which also serves the watchdog as the TSC's reference.
 //!
 //! **"One CPU" means one thread here.** Threads migrate between CPUs at any
-//! instruction, so clockhal's per-CPU floors are per thread: the first 62
-//! threads that read get a floor of their own (lock-free, like a kernel's
-//! per-CPU one), later ones share one updated with locked instructions.
+//! instruction, so clockhal's per-CPU floors are per thread: up to 63
+//! threads at a time get a floor of their own (lock-free, like a kernel's
+//! per-CPU one), further ones share one updated with locked instructions.
 //! Across threads the TSC is ordered as far as the host kernel found it
 //! synchronised (it uses the TSC as its own clocksource only then).
 //!

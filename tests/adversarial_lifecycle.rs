@@ -190,3 +190,25 @@ fn a_partition_whose_time_ref_count_faults_after_the_probe_never_panics() {
     assert!(r.is_ok(), "a faulting MSR read reached the guest as #GP");
     assert!(m.try_rdmsr(Msr::HV_TIME_REF_COUNT).is_none());
 }
+
+#[test]
+fn unix_time_saturates_instead_of_wrapping() {
+    let m = leak(SimMachine::kvm());
+    let (c, _) = clock(m);
+    m.advance(ms(10));
+    c.set_unix_time(u64::MAX - 1_000);
+    m.advance(ms(1));
+    assert_eq!(c.unix_time_ns(), Some(u64::MAX));
+    m.advance(ms(1));
+    assert_eq!(c.unix_time_ns(), Some(u64::MAX), "wrapped past 2554");
+    // A Unix time before the clock's own start is taken as its uptime.
+    c.set_unix_time(0);
+    let (a, now) = (c.unix_time_ns().unwrap(), c.now().as_nanos());
+    assert!(
+        a >= now.saturating_sub(1_000) && a <= now + 1_000_000,
+        "{a} vs {now}"
+    );
+    // And it advances with the clock.
+    m.advance(ms(5));
+    assert!(c.unix_time_ns().unwrap() >= a + ms(5));
+}

@@ -15,8 +15,10 @@ pub struct CachedRead {
 }
 
 /// How many CPUs get a slot of their own. CPU indices at or above
-/// `PER_CPU_SLOTS - 1` share the last slot, which is then updated with
-/// locked instructions only (correct, but its cache line is shared).
+/// `PER_CPU_SLOTS - 1` share the last slot's floor, raised with locked
+/// instructions (correct, but its cache line is shared), and read without
+/// a cached map (every read takes the slow path: see
+/// [`PerCpuSlots::cache`]).
 pub const PER_CPU_SLOTS: usize = 64;
 
 /// A cached, validated map and what it is valid for.
@@ -322,11 +324,24 @@ impl PerCpuSlots {
         }
     }
 
+    /// The slot that caches CPU `cpu`'s map: its own, or `None` for a CPU
+    /// that shares the overflow slot (it shares only that slot's floor: a
+    /// map cached there could be another CPU's, so such CPUs never use or
+    /// fill the cache).
+    #[inline(always)]
+    pub fn cache(&self, cpu: usize) -> Option<&MapSlot> {
+        match self.get(cpu) {
+            (slot, true) => Some(slot),
+            (_, false) => None,
+        }
+    }
+
     /// The read path of every TSC-based source: CPU `cpu`'s cached map, if
     /// it is of `epoch`, its tag equals the source's current token
     /// (`tag()`, e.g. the pvclock version, read once *after* the TSC) and
     /// the reading is within the entry's limit. `None` sends the caller to
-    /// its slow path. No write, no shared line: one cache line of this
+    /// its slow path (always, for a CPU without a slot of its own:
+    /// [`cache`](Self::cache)). No write, no shared line: one cache line of this
     /// CPU's, plus what `tag` loads.
     ///
     /// Only the slot's sequence is loaded before the TSC (`tsc()`, an
@@ -348,7 +363,7 @@ impl PerCpuSlots {
         tag: impl FnOnce() -> Option<u32>,
         tsc: impl FnOnce() -> u64,
     ) -> Option<CachedRead> {
-        self.get(cpu).0.read_cached(epoch, tag, tsc)
+        self.cache(cpu)?.read_cached(epoch, tag, tsc)
     }
 
     /// Raises `slot`'s floor (CPU `cpu`'s, from [`get`](Self::get), `own`
@@ -552,6 +567,12 @@ mod tests {
         assert_eq!(s.load().unwrap().1.epoch, 0);
         let slots = PerCpuSlots::new();
         assert!(slots.get(0).1 && !slots.get(PER_CPU_SLOTS - 1).1 && !slots.get(1000).1);
+        // CPUs sharing the overflow slot never see a cached map there.
+        let last = PER_CPU_SLOTS - 1;
+        assert!(slots.get(last).0.store(&entry(8, 0)));
+        assert!(slots.cache(last).is_none() && slots.cache(0).is_some());
+        assert!(slots.read_cached(last, 1, || Some(8), || 5).is_none());
+        assert!(slots.read_cached(last + 1, 1, || Some(8), || 5).is_none());
         slots.get(3).0.floor().store(99, Ordering::Relaxed);
         assert_eq!(slots.max_floor(), 99);
     }

@@ -509,9 +509,14 @@ impl<H: Hardware + Clone> Clock<H> {
     /// `IA32_TSC_ADJUST` with the boot CPU's (a mismatch marks the TSC out
     /// of step, and the clock switches away from it if it was current).
     /// Every step runs; the first error is returned.
+    ///
+    /// A CPU other than the boot CPU registering while the TSC counts as
+    /// single-CPU (no [`Platform::cpus`](crate::Platform::cpus), no MADT)
+    /// makes its synchronisation unknown: nobody tested the TSCs of the
+    /// CPUs the OS did not mention (see [`set_tsc_sync`](Self::set_tsc_sync)).
     pub fn register_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
-        let mut tsc_bad = false;
+        let mut tsc_bad = self.more_cpus_than_said();
         self.backends.each(|b| {
             if let Err(e) = b.register_this_cpu() {
                 if matches!(e, CpuError::TscAdjust { .. }) {
@@ -527,6 +532,16 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.follow_backend_epochs();
         first
+    }
+
+    /// Whether the calling CPU shows the machine has more CPUs than the
+    /// TSC's single-CPU status assumed (then that status becomes unknown).
+    fn more_cpus_than_said(&self) -> bool {
+        #[cfg(feature = "tsc")]
+        if let Some(t) = &self.backends.tsc {
+            return t.saw_cpu(self.hw.cpu_index());
+        }
+        false
     }
 
     /// When a backend's cached maps all went stale (a revoked cross-CPU
@@ -548,9 +563,15 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Per-CPU teardown: call on every application processor before the
     /// clock's shared memory is reused (kexec, shutdown); the last CPU then
-    /// drops the clock. Reads on this CPU afterwards hold their value.
+    /// drops the clock. Reads on this CPU afterwards hold their value (they
+    /// do not count towards [`STUCK_READS`]: the source still serves the
+    /// other CPUs).
     pub fn unregister_this_cpu(&self) {
         self.backends.each(|b| b.unregister_this_cpu());
+        // This CPU's cached maps go too.
+        if let Some(slot) = self.slots().cache(self.hw.cpu_index()) {
+            slot.invalidate();
+        }
     }
 
     /// The OS's TSC synchronisation result (its warp test, run on every CPU
@@ -579,10 +600,13 @@ impl<H: Hardware + Clone> Clock<H> {
             self.backends.each(|b| b.tsc_unsynchronized());
         }
         self.follow_backend_epochs();
-        if let Some(t) = self.backends.source(SourceId::Tsc) {
+        #[cfg(feature = "tsc")]
+        if let Some(t) = &self.backends.tsc {
             let mut r = self.report.lock();
             if let Some(c) = r.get_mut(SourceId::Tsc) {
                 c.set_descriptor(t.descriptor());
+                // The note says why, as it stands now.
+                c.note = crate::Note::of_tsc(t);
             }
         }
         self.reselect();
@@ -658,21 +682,24 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Unix time now, in ns since 1970-01-01 UTC: the boot wall time (from
     /// kvmclock's wall clock at probe, or what the OS set with
     /// [`set_unix_time`](Self::set_unix_time)) plus [`now`](Self::now).
-    /// `None` until some wall time is known.
+    /// `None` until some wall time is known. Saturates at `u64::MAX` (the
+    /// year 2554) instead of wrapping.
     pub fn unix_time_ns(&self) -> Option<u64> {
         self.unix_known.load(Ordering::Acquire).then(|| {
             self.unix_offset
                 .load(Ordering::Acquire)
-                .wrapping_add(self.now_ns())
+                .saturating_add(self.now_ns())
         })
     }
 
     /// Sets the wall time: `unix_ns` is Unix time now (from an RTC, NTP, the
     /// loader). Later [`unix_time_ns`](Self::unix_time_ns) calls follow the
-    /// clock from there.
+    /// clock from there. A Unix time below the clock's own time since it
+    /// started (earlier than 1970 plus the uptime: no machine runs then) is
+    /// taken as that much.
     pub fn set_unix_time(&self, unix_ns: u64) {
         self.unix_offset
-            .store(unix_ns.wrapping_sub(self.now_ns()), Ordering::Release);
+            .store(unix_ns.saturating_sub(self.now_ns()), Ordering::Release);
         self.unix_known.store(true, Ordering::Release);
         // The user clock page carries the wall time too.
         let _st = self.watchdog.lock();

@@ -42,6 +42,12 @@ pub(crate) trait Mapped {
     fn tag(&self, cpu: usize) -> Option<u32>;
     /// Its validated map now (the backend judges new parameters).
     fn map_now(&self, cpu: usize) -> Option<MapNow>;
+    /// Whether the source serves CPU `cpu` at all (a kvmclock area is
+    /// registered for it): a CPU it does not serve holds without counting
+    /// against the source.
+    fn serves(&self, _cpu: usize) -> bool {
+        true
+    }
     /// The best value without a map, in the source's own nanoseconds (the
     /// Hyper-V page's MSR fallback), if any.
     fn fallback_ns(&self, cpu: usize) -> Option<u64>;
@@ -75,7 +81,10 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(m) = m else {
             return self.read_device(st, cpu);
         };
-        let (slot, own) = self.slots().get(cpu);
+        // A CPU sharing the overflow slot has no cache (PerCpuSlots::cache).
+        let Some(slot) = self.slots().cache(cpu) else {
+            return self.mapped_slow(m, st, cpu);
+        };
         // After the TSC read: that no switch began, that the reader still
         // runs on `cpu` (a kernel that migrates threads mid-read gets a
         // retry), and the source's token.
@@ -93,7 +102,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 } else {
                     self.clamp.clamp(r.ns)
                 };
-                PerCpuSlots::raise_in(slot, own, v, |cell, v| self.hw.fetch_max_local(cell, v))
+                PerCpuSlots::raise_in(slot, true, v, |cell, v| self.hw.fetch_max_local(cell, v))
             }
             None => self.mapped_slow(m, st, cpu),
         }
@@ -137,9 +146,11 @@ impl<H: Hardware + Clone> Clock<H> {
                     .saturating_add(REVALIDATE_NS)
                     .min(self.ceiling.load(Acquire))
                     .min(self.deadline.load(Acquire));
-                if self.state.load(Acquire) == st {
+                if let (true, Some(slot)) =
+                    (self.state.load(Acquire) == st, self.slots().cache(cpu))
+                {
                     let ordered_bit = if now.ordered { SlotEntry::ORDERED } else { 0 };
-                    self.slots().get(cpu).0.store(&SlotEntry {
+                    slot.store(&SlotEntry {
                         tag: now.tag,
                         epoch: (st << 1) | ordered_bit,
                         map,
@@ -160,6 +171,7 @@ impl<H: Hardware + Clone> Clock<H> {
                     }
                     (v, false)
                 }
+                None if !m.serves(cpu) => return self.hold_unserved(cpu),
                 None => return self.hold(cpu),
             },
         };
@@ -213,6 +225,15 @@ impl<H: Hardware + Clone> Clock<H> {
             self.held.store(0, Relaxed);
             self.demote_current(Demotion::Stuck { held_reads: held });
         }
+        let v = self.high_water();
+        self.raise(cpu, true, v)
+    }
+
+    /// No fresh value because the source does not serve this CPU (an
+    /// unregistered kvmclock CPU): not earlier than anything returned, and
+    /// not counted against the source (the backend counts it).
+    #[cold]
+    fn hold_unserved(&self, cpu: usize) -> u64 {
         let v = self.high_water();
         self.raise(cpu, true, v)
     }

@@ -65,6 +65,9 @@ mod enabled {
         fn fallback_ns(&self, _: usize) -> Option<u64> {
             None
         }
+        fn serves(&self, cpu: usize) -> bool {
+            self.is_registered(cpu)
+        }
     }
 
     impl<H: Hardware> Backend for Kvmclock<H> {

@@ -382,7 +382,11 @@ impl<H: Hardware + Clone> fmt::Debug for Probed<H> {
 /// **One owner at a time.** A probe result (and the [`Clock`](crate::Clock)
 /// made from it) owns the machine's clock hardware: it registered pvclock
 /// memory and enabled the Hyper-V page, and unregisters them when dropped.
-/// A second `probe` on the same machine while the first result lives would
+/// A pvclock area is unregistered by an MSR write on its own CPU, so drop
+/// the result on the CPU that probed, after every other CPU called
+/// [`Clock::unregister_this_cpu`](crate::Clock::unregister_this_cpu): an
+/// area whose CPU did neither stays registered (the host keeps writing it)
+/// although the hardware is free for a new probe. A second `probe` on the same machine while the first result lives would
 /// have its registrations torn down under it, so it is refused: every
 /// candidate of its report is rejected with
 /// [`Rejection::HardwareOwned`](crate::Rejection::HardwareOwned). Probe

@@ -3,8 +3,8 @@
 //!
 //! **"One CPU" means one thread here.** Threads migrate between CPUs at any
 //! instruction, so the per-CPU index [`HostedHw`] gives clockhal is the
-//! calling thread's: the first 62 threads that read get a slot of their own
-//! (lock-free, like a kernel's per-CPU one), later ones share one updated
+//! calling thread's: up to 63 threads at a time get a slot of their own
+//! (lock-free, like a kernel's per-CPU one), further ones share one updated
 //! with locked instructions. A thread's slot is released when it exits.
 
 use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability, PER_CPU_SLOTS};

@@ -448,7 +448,7 @@ impl Raw {
         let clock_ns = self.ns.max(self.floor);
         Reading {
             clock_ns,
-            unix_ns: self.wall.map(|w| w.wrapping_add(clock_ns)),
+            unix_ns: self.wall.map(|w| w.saturating_add(clock_ns)),
             source: self.source,
             seq: self.seq,
         }

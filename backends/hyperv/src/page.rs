@@ -251,10 +251,11 @@ impl<H: Hardware> HypervPageClock<H> {
     /// `Err` while the page is invalid, stuck mid-update or never had
     /// plausible parameters.
     pub fn page_map(&self, cpu: usize) -> Result<PageMap, PageError> {
-        let (slot, _) = self.slots().get(cpu);
+        // No cache for a CPU sharing the overflow slot (PerCpuSlots::cache).
+        let slot = self.slots().cache(cpu);
         let epoch = self.epoch.load(Acquire);
         let cached = slot
-            .load()
+            .and_then(|s| s.load())
             .map(|(_, e)| e)
             .filter(|e| e.epoch & !SlotEntry::ORDERED == epoch);
         let s = sample(self.page.get(), || self.msr.hw.rdtsc_ordered())?;
@@ -275,13 +276,15 @@ impl<H: Hardware> HypervPageClock<H> {
         if !ordered {
             self.clamp.absorb(self.slots().max_floor());
         }
-        slot.store(&SlotEntry {
-            tag: s.sequence,
-            epoch: epoch | if ordered { SlotEntry::ORDERED } else { 0 },
-            map,
-            tsc: s.tsc,
-            limit: map.apply(s.tsc).saturating_add(REVALIDATE_NS),
-        });
+        if let Some(slot) = slot {
+            slot.store(&SlotEntry {
+                tag: s.sequence,
+                epoch: epoch | if ordered { SlotEntry::ORDERED } else { 0 },
+                map,
+                tsc: s.tsc,
+                limit: map.apply(s.tsc).saturating_add(REVALIDATE_NS),
+            });
+        }
         Ok(PageMap {
             sequence: s.sequence,
             map,

@@ -125,10 +125,12 @@ pub struct KvmclockStats {
 }
 
 impl KvmclockStats {
-    /// Events that count against the host (rejected or reanchored updates,
-    /// revoked stable bits): the watchdog demotes a source that has them.
+    /// Events that count against the host (rejected or reanchored updates):
+    /// the watchdog demotes a source that has them. A revoked stable bit
+    /// is not one: readings then go through the clamp, which keeps them
+    /// correct (and the revocation may be the OS's own warp-test result).
     pub const fn faults(&self) -> u64 {
-        self.rejected_updates + self.reanchored_updates + self.stable_revocations
+        self.rejected_updates + self.reanchored_updates
     }
 }
 
@@ -304,9 +306,16 @@ impl<H: Hardware> Kvmclock<H> {
             self.registry.release(cpu, apic);
             return Err(e);
         }
-        self.slots().get(cpu).0.invalidate();
+        if let Some(slot) = self.slots().cache(cpu) {
+            slot.invalidate();
+        }
         self.check_stable_agreement();
         Ok(())
+    }
+
+    /// Whether CPU `cpu`'s area is registered (reads there are served).
+    pub fn is_registered(&self, cpu: usize) -> bool {
+        self.registry.is_registered(cpu)
     }
 
     /// Stops the host from updating the calling CPU's area (call on each AP
@@ -318,7 +327,9 @@ impl<H: Hardware> Kvmclock<H> {
             // `WrongMsr` cannot happen: `msrs.system_time` is a system-time MSR.
             let _ = kvm_unregister_system_time(&self.hw, self.msrs.system_time);
         }
-        self.slots().get(cpu).0.invalidate();
+        if let Some(slot) = self.slots().cache(cpu) {
+            slot.invalidate();
+        }
     }
 
     /// Unregisters the calling CPU's area and drops the clock (same as
@@ -338,9 +349,12 @@ impl<H: Hardware> Kvmclock<H> {
         let cpu = self.hw.cpu_index();
         let apic = cpuid::apic_id(&self.hw);
         self.registry.release(cpu, apic);
-        let (slot, _) = self.slots().get(cpu);
-        slot.invalidate();
-        slot.floor().store(0, Release);
+        // A CPU sharing the overflow slot keeps the shared floor: the other
+        // CPUs on it rely on it.
+        if let Some(slot) = self.slots().cache(cpu) {
+            slot.invalidate();
+            slot.floor().store(0, Release);
+        }
         if cpu == self.boot_cpu {
             self.clamp.reset();
             let now = self.epoch.fetch_add(2, AcqRel).wrapping_add(2);
@@ -421,9 +435,11 @@ impl<H: Hardware> Kvmclock<H> {
         if !self.registry.is_registered(cpu) {
             return miss(&self.counters.unregistered, ReadMiss::Unregistered);
         }
-        let (slot, _) = self.slots().get(cpu);
+        // No cache (nor baseline) for a CPU sharing the overflow slot: what
+        // it holds could be another CPU's.
+        let slot = self.slots().cache(cpu);
         let epoch = self.epoch.load(Acquire);
-        let entry = slot.load().map(|(_, e)| e);
+        let entry = slot.and_then(|s| s.load()).map(|(_, e)| e);
         let cached = entry.filter(|e| e.epoch & !ORDERED == epoch);
         // This CPU's last validated parameters stay its continuity baseline
         // across a change of epoch (a revoked stable bit), but not across a
@@ -494,13 +510,15 @@ impl<H: Hardware> Kvmclock<H> {
             self.clamp.absorb(self.slots().max_floor());
         }
         let now = map.apply(s.tsc);
-        slot.store(&SlotEntry {
-            tag: s.version,
-            epoch: epoch | if ordered { ORDERED } else { 0 },
-            map,
-            tsc: s.tsc,
-            limit: now.saturating_add(REVALIDATE_NS),
-        });
+        if let Some(slot) = slot {
+            slot.store(&SlotEntry {
+                tag: s.version,
+                epoch: epoch | if ordered { ORDERED } else { 0 },
+                map,
+                tsc: s.tsc,
+                limit: now.saturating_add(REVALIDATE_NS),
+            });
+        }
         Ok(AreaMap {
             version: s.version,
             map,

@@ -20,7 +20,7 @@ use clockhal_core::{
 };
 use clockhal_x86::{cpuid, rdmsr_checked, Hardware, Msr};
 use core::fmt;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A calibration at least this tight counts as an exact rate for rating.
 pub const TIGHT_PPM: u32 = 100;
@@ -178,6 +178,10 @@ pub struct Tsc<H: Hardware> {
     invariant: bool,
     sync: AtomicU64,
     cpus: usize,
+    /// The probing CPU's index, and whether another CPU showed up although
+    /// the OS stated (or defaulted to) one CPU.
+    boot_cpu: usize,
+    other_cpu: AtomicBool,
     migration: Migration,
     /// The probing CPU's `IA32_TSC_ADJUST`, where it exists.
     adjust: Option<u64>,
@@ -224,7 +228,10 @@ impl<H: Hardware> Tsc<H> {
             .then(|| rdmsr_checked(&hw, Msr::IA32_TSC_ADJUST))
             .flatten();
         let slot_set = hw.slot_pool().claim().ok_or(TscError::NoPerCpuMemory)?;
+        let boot_cpu = hw.cpu_index();
         Ok(Tsc {
+            boot_cpu,
+            other_cpu: AtomicBool::new(false),
             hw,
             slot_set,
             map: TscMap::through(&Scale::new(rate), 0, 0),
@@ -341,7 +348,9 @@ impl<H: Hardware> Tsc<H> {
             return Some(Unusable::NoRealRate);
         }
         if !self.in_step() {
-            return Some(Unusable::SyncUnknown { cpus: self.cpus });
+            return Some(Unusable::SyncUnknown {
+                cpus: self.cpu_count(),
+            });
         }
         if self.invariant {
             return None;
@@ -372,7 +381,32 @@ impl<H: Hardware> Tsc<H> {
     /// In step across CPUs: one CPU, or a conclusive warp test.
     fn in_step(&self) -> bool {
         let sync = self.sync();
-        self.cpus <= 1 && !matches!(sync, SyncStatus::Unsynchronized { .. }) || sync.in_step()
+        self.cpu_count() <= 1 && !matches!(sync, SyncStatus::Unsynchronized { .. })
+            || sync.in_step()
+    }
+
+    /// The CPUs the sync rule counts: as stated, but at least 2 once
+    /// another CPU than the probing one showed up ([`saw_cpu`](Self::saw_cpu)).
+    fn cpu_count(&self) -> usize {
+        if self.other_cpu.load(Ordering::Acquire) {
+            self.cpus.max(2)
+        } else {
+            self.cpus
+        }
+    }
+
+    /// Tells the TSC that CPU `index` runs (e.g. it registered). A CPU other
+    /// than the probing one on a TSC counted as single-CPU means the OS has
+    /// more CPUs than it said, and nobody tested their TSCs: the TSC is then
+    /// in step only by a warp test ([`set_sync`](Self::set_sync)). Returns
+    /// whether that changed the TSC's standing.
+    pub fn saw_cpu(&self, index: usize) -> bool {
+        if index == self.boot_cpu || self.cpus > 1 {
+            return false;
+        }
+        let was = self.in_step();
+        self.other_cpu.store(true, Ordering::Release);
+        was != self.in_step()
     }
 
     /// Where the rate in use came from.
