@@ -169,8 +169,10 @@ impl core::error::Error for CpuError {}
 /// previous parameters: `clockhal_core::judge_update`), and a reading that
 /// jumps further than an independent reference explains
 /// ([`Platform::max_jump`](crate::Platform::max_jump)) is not returned
-/// ([`Demotion::Jumped`](crate::Demotion::Jumped)). A read that finds no
-/// fresh value holds; [`STUCK_READS`] of them in a row switch the source.
+/// ([`Demotion::Jumped`](crate::Demotion::Jumped)); the Hyper-V page's
+/// MSR fallback is checked against a reference other than the MSR. A read
+/// that finds no fresh value holds; [`STUCK_READS`] of them in a row switch
+/// the source (holds on a CPU the source does not serve do not count).
 ///
 /// # The fast path
 /// For the TSC, kvmclock and the Hyper-V page, a read touches the calling
