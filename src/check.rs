@@ -12,11 +12,14 @@
 //! was slow) is retried; the remaining width is counted as uncertainty, so a
 //! slow read never fails a good clock. Each candidate's rate is expressed
 //! relative to the pacer; two candidates agree when their relative rates
-//! differ by at most the tolerance plus both uncertainties. A candidate
-//! that agrees with nobody while others agree among themselves is demoted.
-//! With only two candidates that disagree, the one whose rate clockhal
-//! estimated (the TSC, an OS-supplied source) loses; otherwise nobody is
-//! demoted and the run-time watchdog has the last word.
+//! differ by at most the tolerance plus both uncertainties. Agreement is
+//! counted by counter domain (the TSC, kvmclock and the Hyper-V page count
+//! one TSC: a TSC rated from pvclock agrees with kvmclock by construction):
+//! a candidate that agrees with no other domain while two domains agree
+//! among themselves is demoted. With only two candidates that disagree,
+//! the one whose rate clockhal estimated (the TSC, an OS-supplied source)
+//! loses; otherwise nobody is demoted and the run-time watchdog has the
+//! last word.
 
 use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::{ppm, Bracketed, ClockSource, Duration, Scale};
@@ -263,7 +266,19 @@ fn judge(
                 .saturating_add(b.uncertainty_ppm)
     };
     let measured = || ranked.iter().filter_map(|id| rel[id.index()]);
-    let friends = |a: &Relative| measured().filter(|b| b.id != a.id && agree(a, b)).count();
+    let dom = |a: &Relative| crate::clock::domain(a.id);
+    // The other counter domains `a` agrees with (a domain counts once).
+    let friends = |a: &Relative| {
+        let mut seen = [None; MAX_CANDIDATES];
+        let mut n = 0;
+        for b in measured().filter(|b| dom(b) != dom(a) && agree(a, b)) {
+            if !seen[..n].contains(&Some(dom(&b))) {
+                seen[n] = Some(dom(&b));
+                n += 1;
+            }
+        }
+        n
+    };
     let most = measured().map(|a| friends(&a)).max().unwrap_or(0);
     if most >= 1 {
         // The best-ranked member of the largest agreeing group is the anchor.
@@ -283,6 +298,9 @@ fn judge(
     // Exactly two measured and they disagree: the estimated rate loses.
     let mut it = measured();
     if let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) {
+        if agree(&a, &b) {
+            return;
+        }
         match (a.id.rate_is_estimated(), b.id.rate_is_estimated()) {
             (true, false) => demote(report, a, &b),
             (false, true) => demote(report, b, &a),
@@ -294,14 +312,35 @@ fn judge(
 fn demote(report: &mut Report, loser: Relative, anchor: &Relative) {
     if let Some(c) = report.get_mut(loser.id) {
         c.demote(Demotion::RateDisagrees {
-            ppm: loser.ppm.saturating_sub(anchor.ppm),
+            ppm: relative_ppm(loser.ppm, anchor.ppm),
             against: anchor.id,
         });
     }
 }
 
+/// The rate of `l` relative to `a`, in ppm, from both rates relative to
+/// the pacer (in ppm): `(1 + l)/(1 + a) - 1`, exact also for large skews
+/// (a plain `l - a` would claim rates below -100 %).
+fn relative_ppm(l: i64, a: i64) -> i64 {
+    let den = (1_000_000i128 + a as i128).max(1) as u64;
+    ppm(l as i128 - a as i128, den)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn relative_rates_stay_above_minus_100_percent() {
+        use super::relative_ppm;
+        // A TSC stated 3x too fast paces the check: the HPET looks -666,667
+        // ppm slow, the TSC itself 0; the TSC relative to the HPET is +2x.
+        assert_eq!(relative_ppm(0, -666_667), 2_000_003);
+        assert_eq!(relative_ppm(-666_667, 0), -666_667);
+        assert_eq!(relative_ppm(100, 0), 100);
+        // A stopped source: -100 %, not less.
+        assert_eq!(relative_ppm(-1_000_000, 0), -1_000_000);
+        assert_eq!(relative_ppm(-1_000_000, 50_000), -1_000_000);
+    }
+
     use super::*;
     use crate::{Candidate, Note};
     use clockhal_core::{Frequency, Quality, ReadCost, Stability};
@@ -377,15 +416,45 @@ mod tests {
     }
 
     #[test]
+    fn one_counter_read_twice_is_one_vote() {
+        use SourceId::*;
+        // kvmclock and a TSC rated from it agree by construction; the one
+        // device counter disagrees: nothing says who is wrong.
+        let ids = [Kvmclock, Tsc, Hpet];
+        let mut r = report(&ids);
+        judge(
+            &mut r,
+            &rels(&[(Kvmclock, 0), (Tsc, 0), (Hpet, -50_000)]),
+            &ids,
+            10_000,
+        );
+        for id in ids {
+            assert!(r.get(id).unwrap().is_eligible(), "{id} demoted");
+        }
+        // A second independent counter siding with the HPET decides.
+        let ids = [Kvmclock, Tsc, Hpet, AcpiPm];
+        let mut r = report(&ids);
+        judge(
+            &mut r,
+            &rels(&[(Kvmclock, 0), (Tsc, 0), (Hpet, -50_000), (AcpiPm, -50_010)]),
+            &ids,
+            10_000,
+        );
+        assert!(r.get(Hpet).unwrap().is_eligible() && r.get(AcpiPm).unwrap().is_eligible());
+        assert!(!r.get(Kvmclock).unwrap().is_eligible() && !r.get(Tsc).unwrap().is_eligible());
+    }
+
+    #[test]
     fn two_disagreeing_estimated_rate_loses_else_nobody() {
         use SourceId::*;
         let ids = [Tsc, Hpet];
         let mut r = report(&ids);
         judge(&mut r, &rels(&[(Tsc, 0), (Hpet, -50_000)]), &ids, 10_000);
+        // The TSC relative to the HPET: 1 / 0.95 - 1.
         assert_eq!(
             r.get(Tsc).unwrap().demotion(),
             Some(Demotion::RateDisagrees {
-                ppm: 50_000,
+                ppm: 52_631,
                 against: Hpet
             })
         );

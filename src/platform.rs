@@ -196,7 +196,8 @@ impl<'a> Platform<'a> {
     }
 
     /// The ACPI PM timer's port and width (`bits32`: TMR_VAL_EXT), if the
-    /// OS knows them; otherwise they come from the FADT.
+    /// OS knows them; otherwise they come from the FADT. (The counter is
+    /// read as 24 bits either way: see `clockhal_acpi_pm::AcpiPm::probe`.)
     pub fn pm_timer(mut self, port: u16, bits32: bool) -> Self {
         self.pm_timer = Some((port, bits32));
         self

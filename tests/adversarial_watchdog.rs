@@ -495,3 +495,29 @@ fn a_pm_timer_that_vanishes_never_moves_now_back_or_ahead() {
         ticks(&c, m, readers, 4, 50);
     });
 }
+
+/// kvmclock scaled 5 % off from the start, on a guest whose only other
+/// counter is the HPET: kvmclock and the TSC rated from it are one counter,
+/// so the probe's self-check must not outvote the HPET with them (it did:
+/// "hpet demoted, rate off by -49999 ppm vs kvmclock").
+#[test]
+fn kvmclock_and_its_tsc_are_one_vote_against_the_hpet() {
+    let mut config = SimMachine::kvm_config();
+    config.pm_timer = None;
+    let m = leak(config.build());
+    let hz = m.config().tsc_hz;
+    m.with_kvm(|k, _| k.set_scale_override(pvclock_time_scale(hz - hz / 20)));
+    let (c, _) = clock(m);
+    let events: Vec<_> = (0..8)
+        .map(|_| {
+            m.advance(ms(250));
+            c.watchdog_tick()
+        })
+        .collect();
+    let hpet = c.report().get(SourceId::Hpet).map(|h| h.verdict);
+    assert!(
+        matches!(hpet, Some(Verdict::Usable(_))),
+        "the honest HPET demoted: {hpet:?}\n{}\n{events:?}",
+        c.report().table()
+    );
+}

@@ -497,9 +497,19 @@ impl Watchdog {
                 best_seed = Some(seed);
             }
         }
+        // A majority needs no rival: a disjoint group, disagreeing with it,
+        // of as many domains (two against two decides nothing).
+        let rivalled = best_seed.is_some_and(|seed| {
+            (0..MAX_MEMBERS)
+                .filter(|&j| judged(j) && !agree(seed, j))
+                .any(|j| {
+                    self.domain_weight(|k| judged(k) && agree(j, k) && !agree(seed, k))
+                        >= best_weight
+                })
+        });
         let mut outcome = Outcome::Judged;
         match best_seed {
-            Some(seed) if best_weight >= 2 => {
+            Some(seed) if best_weight >= 2 && !rivalled => {
                 let consensus = skew[seed].unwrap_or(0);
                 for i in (0..MAX_MEMBERS).filter(|&i| judged(i)) {
                     if !agree(seed, i) {
@@ -602,6 +612,44 @@ impl Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_domains_against_two_is_no_majority() {
+        let hz = |f| Frequency::from_hz(f).unwrap();
+        let m = |rate, domain| Member {
+            rate,
+            domain,
+            conditional: false,
+        };
+        let members = [
+            m(hz(1_000_000_000), CounterDomain::Tsc),
+            m(hz(100_000_000), CounterDomain::Hpet),
+            m(hz(3_579_545), CounterDomain::AcpiPm),
+            m(hz(1_000_000_000), CounterDomain::Other(9)),
+        ];
+        let mut w = Watchdog::new(&members, WatchdogConfig::default());
+        // The HPET (the reference) and the PM timer both run 1000 ppm fast.
+        let round = |t: u64| {
+            let hpet = |ns: u64| ns * 1_001 / 1_000 / 10;
+            let ns = t * 250_000_000;
+            let mut r = Round::new(hpet(ns), hpet(ns + 2_000));
+            r.ticks[0] = Some(ns + 1_000);
+            r.ticks[2] =
+                Some(((ns + 1_000) as u128 * 1_001 * 3_579_545 / 1_000 / 1_000_000_000) as u64);
+            r.ticks[3] = Some(ns + 1_000);
+            r
+        };
+        assert_eq!(w.check(&round(0), 1, 0, false).outcome, Outcome::Started);
+        for k in 1..=4 {
+            let j = w.check(&round(k), 1, 0, false);
+            assert!(j.faulty().next().is_none(), "demoted on a 2-2 split: {j:?}");
+            assert!(
+                !matches!(j.verdict(0), MemberVerdict::Suspect { .. }),
+                "{:?}",
+                j.verdict(0)
+            );
+        }
+    }
     extern crate std;
     use std::vec;
     use std::vec::Vec;

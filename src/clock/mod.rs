@@ -11,6 +11,7 @@ mod watchdog;
 
 pub(crate) use read::{MapNow, Mapped};
 pub use stamp::{Stamp, StampConverter};
+pub(crate) use watchdog::domain;
 pub use watchdog::WatchdogEvent;
 
 use crate::probe::Backends;

@@ -169,6 +169,9 @@ impl<H: Hardware + Clone> Clock<H> {
                     if !self.plausible_from(v, M::FALLBACK_ORIGIN) {
                         return self.hold(cpu);
                     }
+                    // Leaving the source's own order for the clamp's (as
+                    // for an unordered map above).
+                    self.clamp.absorb(self.slots().max_floor());
                     (v, false)
                 }
                 None if !m.serves(cpu) => return self.hold_unserved(cpu),

@@ -54,6 +54,10 @@ impl State {
 }
 
 /// What one [`Clock::watchdog_tick`] did.
+///
+/// One event per tick: a tick that demotes several sources reports the
+/// current source's switch if there is one, else the first demotion;
+/// [`Clock::report`] lists every demotion with its reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -327,11 +331,11 @@ impl<H: Hardware + Clone> Clock<H> {
             if let Some((core, _)) = st.core.as_mut() {
                 core.clear_strikes(m);
             }
-            demoted_other = Some(WatchdogEvent::Demoted {
+            demoted_other = demoted_other.or(Some(WatchdogEvent::Demoted {
                 source: id,
                 reason,
                 was_reference: m == ref_m,
-            });
+            }));
         }
         if let MemberVerdict::Faulty(fault) = j.verdict(cur_m) {
             let reason = Demotion::Watchdog {

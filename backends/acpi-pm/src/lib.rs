@@ -74,10 +74,16 @@ pub struct AcpiPm<H: Hardware> {
 }
 
 impl<H: Hardware> AcpiPm<H> {
-    /// Probes the PM timer at I/O `port`, 32 bits wide if `bits32` (FADT
-    /// TMR_VAL_EXT) else 24: checks that it exists and advances, then runs
-    /// the latch test to choose the [`PmMode`]. `policy` is accepted for
-    /// symmetry with the other backends.
+    /// Probes the PM timer at I/O `port`: checks that it exists and
+    /// advances, then runs the latch test to choose the [`PmMode`].
+    /// `policy` is accepted for symmetry with the other backends.
+    ///
+    /// The counter is read as 24 bits whatever `bits32` (FADT TMR_VAL_EXT)
+    /// says, as Linux does: the low 24 bits of a 32-bit counter wrap just
+    /// like a 24-bit counter, while firmware that claims 32 bits on a
+    /// 24-bit timer would make a 32-bit reading hold for ever at its first
+    /// wrap. The cost is the shorter read interval (2.3 s,
+    /// [`max_read_interval`](ClockSource::max_read_interval)).
     pub fn probe(
         hw: H,
         port: u16,
@@ -88,7 +94,8 @@ impl<H: Hardware> AcpiPm<H> {
         if port == 0 {
             return Err(AcpiPmError::ZeroPort);
         }
-        let mask: u32 = if bits32 { u32::MAX } else { 0x00FF_FFFF };
+        let _ = bits32;
+        let mask: u32 = 0x00FF_FFFF;
         // An absent port floats to all ones. A 32-bit counter also passes
         // through 0xFFFFFFFF for one tick per wrap, so insist three times.
         let first = hw.inl(port);
@@ -110,7 +117,7 @@ impl<H: Hardware> AcpiPm<H> {
             mask,
             mode,
             stability,
-            ext: WrapExtender::new(if bits32 { 32 } else { 24 }, 0),
+            ext: WrapExtender::new(24, 0),
         };
         pm.restart();
         Ok(pm)
@@ -144,7 +151,7 @@ impl<H: Hardware> AcpiPm<H> {
         self.port
     }
 
-    /// Counter width: 24 or 32.
+    /// Counter width as read: 24 (see [`probe`](Self::probe)).
     pub fn bits(&self) -> u32 {
         self.mask.count_ones()
     }

@@ -56,6 +56,14 @@ impl fmt::Display for HpetError {
 }
 
 /// The HPET main counter, probed and running.
+///
+/// A reading never goes below one returned before: a counter that falls
+/// behind (reset, garbage, a 32-bit counter whose capabilities claim 64
+/// bits) holds at the last value until it catches up, and one garbage
+/// value far ahead holds the clock there. Used alone, such a device can
+/// so stop the clock; `clockhal`'s `Clock` catches both (its watchdog
+/// demotes a stopped source, its jump check a reading no independent
+/// counter explains).
 pub struct Hpet<H: Hardware> {
     hw: H,
     region: MmioRegion,

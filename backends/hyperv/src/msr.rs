@@ -21,6 +21,11 @@ pub const MSR_STABILITY: Stability = Stability::MONOTONIC_PER_CPU
 ///
 /// Also the fallback of [`HypervPageClock`](crate::HypervPageClock) while
 /// the page is invalid.
+///
+/// The clamp keeps readings monotonic, so one garbage value far ahead
+/// holds the clock there until the counter catches up: the partition's
+/// word is all this clock has. `clockhal`'s `Clock` checks such a jump
+/// against an independent counter before returning it.
 #[derive(Debug)]
 pub struct HypervMsrClock<H: Hardware> {
     pub(crate) hw: H,

@@ -229,7 +229,10 @@ impl<H: Hardware> HypervPageClock<H> {
             Err(_) => match self.fallback_ns() {
                 Some(ns) => {
                     self.counters.msr_fallbacks.fetch_add(1, Relaxed);
-                    // A global counter: ordered across CPUs by the clamp.
+                    // A global counter: ordered across CPUs by the clamp,
+                    // which first takes in what page readings (ordered by
+                    // the host, outside the clamp) returned on every CPU.
+                    self.clamp.absorb(self.slots().max_floor());
                     self.floor(cpu, false, ns)
                 }
                 None => self.hold(cpu),

@@ -507,3 +507,26 @@ fn every_probe_failure_returns_its_error() {
         assert!(!e.to_string().is_empty());
     }
 }
+
+/// The MSR fallback on one CPU after page readings on another that ran
+/// ahead of TIME_REF_COUNT (an accepted forward step of the page): the
+/// fallback's clamp takes in what the page returned everywhere first.
+#[test]
+fn the_msr_fallback_is_ordered_after_other_cpus_page_reads() {
+    use clockhal_sim::HypervHost;
+    let m = SimConfig::cpu(2_400_000_000)
+        .with_invariant_tsc(true)
+        .with_hyperv(SimHv::default())
+        .with_cpus(2, &[0, 0])
+        .build();
+    let hv = with_page(&m).unwrap();
+    let page = hv.page().unwrap();
+    m.with_hyperv(|h, ctx| {
+        let (s, o) = HypervHost::scale_offset(ctx);
+        h.publish(ctx, s, o + 50_000_000); // +5 s, continuous enough
+    });
+    let a = m.on_cpu(0, || page.read());
+    m.with_hyperv(|h, ctx| h.invalidate_page(ctx));
+    let b = m.on_cpu(1, || page.read());
+    assert!(b >= a, "cross-CPU step back of {} ns", a - b);
+}

@@ -38,8 +38,11 @@ pub const STABLE_AGREEMENT_NS: u64 = 1_000;
 pub use clockhal_core::REVALIDATE_NS;
 
 /// An update's `tsc_timestamp` this many TSC ticks or less behind the
-/// read (about 100 s at 10 GHz) is where its continuity is judged.
-const MAX_ANCHOR_AGE_TICKS: u64 = 1 << 40;
+/// read (0.2 s at 10 GHz, 2 s at 1 GHz) is where its continuity is judged;
+/// an older one is judged at the read's own TSC. Kept short because the
+/// rate may change by up to 4x at an update: judged only at an old anchor,
+/// such an update could step the time at the read by 3x the anchor's age.
+const MAX_ANCHOR_AGE_TICKS: u64 = 1 << 31;
 
 /// Samples retried on the new CPU when the caller migrates during one.
 const MIGRATION_RETRIES: usize = 3;
@@ -552,6 +555,12 @@ impl<H: Hardware> Kvmclock<H> {
     /// than [`STABLE_AGREEMENT_NS`] revokes the trust (from then on every
     /// read goes through the clamp). Returns whether the bit is still
     /// trusted. Bounded: one seqlock sample per registered area.
+    ///
+    /// Registration runs it; a host that later updates one vCPU's area out
+    /// of step with the others is found only by the next call, so call it
+    /// periodically (`clockhal`'s `Clock` does at every watchdog tick):
+    /// until then readings on different CPUs may disagree by what that
+    /// update's continuity check allowed.
     pub fn check_stable_agreement(&self) -> bool {
         if !self.stable_trusted.load(Acquire) {
             return false;

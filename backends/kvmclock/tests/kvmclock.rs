@@ -629,3 +629,45 @@ fn every_probe_failure_returns_its_error() {
         assert!(!e.to_string().is_empty());
     }
 }
+
+/// A host update anchored long ago (its `tsc_timestamp` minutes old) with a
+/// rate 4x off: judged only at that anchor it looked continuous, and moved
+/// the time at the read by 20 minutes (or stopped it as long).
+#[test]
+fn an_old_anchor_with_another_rate_neither_moves_nor_stops_time() {
+    use clockhal_sim::PvclockUpdate;
+    for shift_by in [2i8, -2] {
+        let m = SimMachine::kvm();
+        let clock = probe(&m).unwrap();
+        let (t0_tsc, t0_ns) = (m.tsc_of(0), clock.read_ns());
+        m.advance(400_000_000_000);
+        let before = clock.read_ns();
+        m.with_kvm(|k, ctx| {
+            let u = k.next_update(ctx, 0);
+            k.publish(
+                ctx,
+                0,
+                PvclockUpdate {
+                    tsc_timestamp: t0_tsc,
+                    system_time: t0_ns,
+                    shift: u.shift + shift_by,
+                    ..u
+                },
+            );
+        });
+        let after = clock.read_ns();
+        assert!(
+            after - before <= 61_000_000_000,
+            "shift {shift_by:+}: one update moved time {} s",
+            (after - before) / 1_000_000_000
+        );
+        m.advance(60_000_000_000);
+        let later = clock.read_ns();
+        assert!(
+            later - after > 10_000_000_000,
+            "shift {shift_by:+}: 60 s passed, the clock moved {} ns",
+            later - after
+        );
+        assert!(clock.stats().faults() >= 1, "{:?}", clock.stats());
+    }
+}
