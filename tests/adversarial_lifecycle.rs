@@ -212,3 +212,90 @@ fn unix_time_saturates_instead_of_wrapping() {
     m.advance(ms(5));
     assert!(c.unix_time_ns().unwrap() >= a + ms(5));
 }
+
+/// A supervised TSC on KVM (kvmclock demoted for a bad update, but still
+/// reporting host pauses): a tick that only tells of a pause is still a
+/// tick, and keeps the TSC current (it was switched to the HPET 250 ms
+/// after a 1.8 s pause, and after 7 ticks of short pauses).
+#[test]
+fn ticks_that_report_a_pause_keep_a_supervised_tsc_current() {
+    for long_pause in [true, false] {
+        let m = leak(SimMachine::kvm());
+        let (c, _) = clock(m);
+        m.advance(ms(250));
+        c.watchdog_tick();
+        m.with_kvm(|k, ctx| {
+            let mut u = k.next_update(ctx, 0);
+            u.mul = 0;
+            k.publish(ctx, 0, u);
+        });
+        let _ = c.now();
+        m.with_kvm(|k, ctx| k.update_all(ctx));
+        m.advance(ms(250));
+        c.watchdog_tick();
+        assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
+        assert!(c.supervised());
+        for _ in 0..4 {
+            m.advance(ms(250));
+            c.watchdog_tick();
+        }
+        let rounds = if long_pause { 1 } else { 12 };
+        for _ in 0..rounds {
+            m.with_kvm(|k, ctx| {
+                k.pause_guest();
+                k.update_all(ctx);
+            });
+            m.advance(ms(if long_pause { 1_800 } else { 250 }));
+            let _ = c.now();
+            c.watchdog_tick();
+            for _ in 0..5 {
+                m.advance(ms(40));
+                let _ = c.now();
+            }
+            assert_eq!(
+                c.source_id(),
+                SourceId::Tsc,
+                "long pause {long_pause}: {:?}",
+                c.report().get(SourceId::Tsc).map(|c| c.verdict)
+            );
+        }
+    }
+}
+
+/// A live migration of a Hyper-V guest to a host with a 1.5x faster TSC:
+/// the page goes invalid (reads fall back to TIME_REF_COUNT), then the new
+/// host publishes a correct page. Judged against the old map, which drifted
+/// during the window, it looked like a step back (a host fault: the page
+/// was demoted to the trapping MSR).
+#[test]
+fn a_correct_page_after_a_migration_to_a_faster_tsc_is_kept() {
+    for (window_ms, new_hz) in [
+        (5, 3_600_000_000u64),
+        (50, 3_600_000_000),
+        (5, 1_600_000_000),
+    ] {
+        let m = leak(SimMachine::hyperv());
+        let (c, _) = clock(m);
+        for _ in 0..4 {
+            m.advance(ms(250));
+            c.watchdog_tick();
+        }
+        assert_eq!(c.source_id(), SourceId::HypervPage);
+        m.with_hyperv(|h, ctx| h.invalidate_page(ctx));
+        m.set_tsc_hz(new_hz);
+        m.advance(ms(window_ms));
+        let _ = c.now(); // the MSR fallback
+        m.with_hyperv(|h, ctx| h.update_page(ctx));
+        let _ = c.now();
+        for _ in 0..4 {
+            m.advance(ms(250));
+            c.watchdog_tick();
+        }
+        assert_eq!(
+            c.source_id(),
+            SourceId::HypervPage,
+            "{window_ms} ms at {new_hz} Hz:\n{}",
+            c.report().table()
+        );
+    }
+}

@@ -101,3 +101,41 @@ fn the_page_carries_the_wall_time() {
     let diff = unix.unwrap().abs_diff(kernel);
     assert!(diff < 10_000, "user {unix:?} vs kernel {kernel}");
 }
+
+/// A restore whose host clock ran on while the guest slept (kvmclock an
+/// hour ahead): the kernel rebases, and so must the page. Reading the
+/// replaced state at the resume's publication put the page's floor an hour
+/// ahead: user time stood still, an hour ahead of the kernel's.
+#[test]
+fn after_a_resume_with_host_time_far_ahead_the_page_follows_the_kernel() {
+    let m = SimMachine::kvm();
+    let (clock, view) = setup(&m);
+    assert_eq!(clock.source_id(), SourceId::Kvmclock);
+    for _ in 0..4 {
+        m.advance(250_000_000);
+        clock.watchdog_tick();
+    }
+    m.with_kvm(|k, ctx| {
+        k.set_system_time_skew(None, 3_600_000_000_000);
+        k.update_all(ctx);
+    });
+    clock.resume().unwrap();
+    let read = || {
+        view.read_with(|| Hardware::rdtsc_ordered(&&m))
+            .unwrap()
+            .clock_ns
+    };
+    let (u0, k0) = (read(), clock.now().as_nanos());
+    assert!(
+        u0 <= k0 + 1_000,
+        "the page leads the kernel by {} ns",
+        u0 - k0
+    );
+    m.advance(100_000_000);
+    let (u1, k1) = (read(), clock.now().as_nanos());
+    assert!(u1 - u0 >= 99_000_000, "user time stood still: {u0} -> {u1}");
+    assert!(
+        u1 <= k1 + 1_000 && k1 - u1 < 1_000_000,
+        "user {u1}, kernel {k1}"
+    );
+}

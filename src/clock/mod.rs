@@ -222,6 +222,8 @@ pub struct Clock<H: Hardware + Clone> {
     pub(crate) reclamp: AtomicBool,
     /// The user clock page to republish at every source change.
     pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
+    /// The next page publication follows a restore.
+    pub(crate) page_restored: AtomicBool,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -314,6 +316,7 @@ impl<H: Hardware + Clone> Clock<H> {
             backend_epochs: AtomicU32::new(0),
             reclamp: AtomicBool::new(false),
             clock_page,
+            page_restored: AtomicBool::new(false),
         };
         // The timeline starts at 0 on the selected source.
         clock.start_source(selected, 0);
@@ -627,6 +630,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let r = self.resume_this_cpu();
         let _guard = self.watchdog.lock();
         let start = self.high_water().saturating_add(SWITCH_MARGIN_NS);
+        self.page_restored.store(true, Ordering::Release);
         self.start_source(self.source_id(), start);
         self.restart.store(true, Ordering::Release);
         r

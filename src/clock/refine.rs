@@ -13,6 +13,11 @@
 //! selection runs again. A pause of the guest, a change of reference or a
 //! result that disagrees with the boot calibration restarts the baseline.
 //! Only a TSC that is not the current source is refined (its map changes).
+//!
+//! The refined rate is as good as the reference's own rate: the stated
+//! uncertainty covers the measurement (brackets, tick quantization), not a
+//! reference that runs off by less than the watchdog tolerates (its
+//! `max_skew_ppm`); that error passes on to the TSC.
 
 use super::watchdog::{domain, State};
 use super::Clock;

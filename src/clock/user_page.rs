@@ -84,7 +84,14 @@ impl<H: Hardware + Clone> Clock<H> {
                 .load(Ordering::Acquire)
                 .then(|| self.unix_offset.load(Ordering::Acquire)),
         };
-        let _ = writer.publish_with(&p, || self.hw.rdtsc_ordered());
+        let rdtsc = || self.hw.rdtsc_ordered();
+        // The first publication after a restore does not read the replaced
+        // state: the restored host's pages no longer continue it.
+        let _ = if self.page_restored.swap(false, Ordering::AcqRel) {
+            writer.publish_after_restore_with(&p, rdtsc)
+        } else {
+            writer.publish_with(&p, rdtsc)
+        };
     }
 
     /// kvmclock orders readings across CPUs by a trusted stable bit (what

@@ -238,6 +238,15 @@ impl<H: Hardware + Clone> Clock<H> {
         };
         let round = self.take_round(ref_src, reference, &ids[..n], &sources);
         let j = core.check(&round, reference, cur_m, paused);
+        if (restart || paused) && self.supervised() {
+            // The tick came (the interval only was skipped): a supervised
+            // TSC stays current as long as ticks arrive.
+            let now = self.trusted_now(&st);
+            self.deadline.store(
+                now.saturating_add(self.settings.supervision_timeout.as_nanos()),
+                Ordering::Release,
+            );
+        }
         let event = if restart {
             WatchdogEvent::Restarted
         } else if paused {

@@ -206,7 +206,35 @@ impl<'a> ClockPageWriter<'a> {
     pub fn publish_with(
         &self,
         p: &Publication,
+        rdtsc: impl FnMut() -> u64,
+    ) -> Result<Published, PublishError> {
+        self.write(p, rdtsc, true)
+    }
+
+    /// [`publish_with`](Self::publish_with) for the first publication after
+    /// a restore (resume from a snapshot or S3): the state being replaced
+    /// is not read (step 2), because the restored host's pvclock areas or
+    /// reference page no longer continue what readers saw (a host whose
+    /// clock kept running while the guest slept would put the floor hours
+    /// ahead). The floor is `max(old floor, p.floor_ns)`: a process that
+    /// read after the kernel's last reading before the suspend may see
+    /// its clock continue from the kernel's, a little below its own last
+    /// reading.
+    pub fn publish_after_restore_with(
+        &self,
+        p: &Publication,
+        rdtsc: impl FnMut() -> u64,
+    ) -> Result<Published, PublishError> {
+        self.write(p, rdtsc, false)
+    }
+
+    /// The seqlock write of [`publish_with`](Self::publish_with); `fold`:
+    /// whether the replaced state's reading now joins the floor.
+    fn write(
+        &self,
+        p: &Publication,
         mut rdtsc: impl FnMut() -> u64,
+        fold: bool,
     ) -> Result<Published, PublishError> {
         use Ordering::{Acquire, Relaxed, Release};
         let page = self.view.page();
@@ -227,11 +255,12 @@ impl<'a> ClockPageWriter<'a> {
         // Field stores below may not become visible before the odd sequence.
         fence(Release);
 
-        let mode = page.mode.load(Relaxed);
-        let replaced = self.view.evaluate(mode, &mut rdtsc);
         let mut floor = page.floor_ns.load(Relaxed).max(p.floor_ns);
-        if let Ok((ns, _)) = replaced {
-            floor = floor.max(ns);
+        if fold {
+            let mode = page.mode.load(Relaxed);
+            if let Ok((ns, _)) = self.view.evaluate(mode, &mut rdtsc) {
+                floor = floor.max(ns);
+            }
         }
 
         let (mode, arg, mul, add, offset) = match source {

@@ -162,7 +162,13 @@ pub struct HypervPageClock<H: Hardware> {
     ordered: AtomicBool,
     epoch: AtomicU32,
     counters: Counters,
+    /// Reads fell back to TIME_REF_COUNT since the last judged update.
+    fell_back: AtomicBool,
 }
+
+/// How closely a page update that ends a fallback window must agree with
+/// TIME_REF_COUNT to be taken without continuity with the map before it.
+const FALLBACK_AGREEMENT_NS: u64 = 1_000_000;
 
 impl<H: Hardware> HypervPageClock<H> {
     /// A clock over an enabled, checked page whose first map is
@@ -190,6 +196,7 @@ impl<H: Hardware> HypervPageClock<H> {
             ordered: AtomicBool::new(true),
             epoch: AtomicU32::new(2),
             counters: Counters::default(),
+            fell_back: AtomicBool::new(false),
         })
     }
 
@@ -266,9 +273,23 @@ impl<H: Hardware> HypervPageClock<H> {
             Some(e) if e.tag == s.sequence => e.map,
             _ => {
                 // Judged against this CPU's last map, else the last one any
-                // CPU accepted (the page is partition-wide).
-                let last = cached.map(|e| e.map).or_else(|| self.last_accepted());
+                // CPU accepted (the page is partition-wide) — unless reads
+                // fell back to TIME_REF_COUNT meanwhile (around a migration,
+                // whose TSC rate change makes the old map drift) and the
+                // update agrees with TIME_REF_COUNT now: then that is its
+                // continuity, and only its plausibility is judged.
                 let new = (s.scale != 0).then(|| TscMap::hyperv(s.scale, s.offset));
+                let after_fallback = self.fell_back.swap(false, AcqRel)
+                    && new.is_some_and(|n| {
+                        self.msr.try_raw_100ns().is_some_and(|r| {
+                            n.apply(s.tsc).abs_diff(r.saturating_mul(100)) <= FALLBACK_AGREEMENT_NS
+                        })
+                    });
+                let last = if after_fallback {
+                    None
+                } else {
+                    cached.map(|e| e.map).or_else(|| self.last_accepted())
+                };
                 // A rejected update keeps the previous parameters.
                 self.judge
                     .judge(last, new, s.tsc, s.sequence, self.epoch.load(Acquire))
@@ -311,7 +332,9 @@ impl<H: Hardware> HypervPageClock<H> {
         if !self.msr_fallback {
             return None;
         }
-        self.msr.try_raw_100ns().map(|r| r.saturating_mul(100))
+        let ns = self.msr.try_raw_100ns()?.saturating_mul(100);
+        self.fell_back.store(true, Relaxed);
+        Some(ns)
     }
 
     /// The map some CPU accepted last in this epoch (none after a resume:
