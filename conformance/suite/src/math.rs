@@ -31,7 +31,10 @@ pub(crate) fn median_u64(v: &mut [u64]) -> u64 {
 pub(crate) fn ticks_to_ns_ceil(freq: Frequency, ticks: u64) -> u64 {
     let num = freq.numerator() as u128;
     let den = freq.denominator() as u128;
-    let ns = (ticks as u128 * 1_000_000_000 * den).div_ceil(num);
+    // Saturates: ticks · 10^9 · den can exceed u128 for a wide denominator.
+    let ns = (ticks as u128)
+        .checked_mul(1_000_000_000 * den)
+        .map_or(u128::MAX, |p| p.div_ceil(num));
     ns.min(u64::MAX as u128) as u64
 }
 

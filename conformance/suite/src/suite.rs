@@ -7,6 +7,9 @@ use clockhal_core::{ClockSource, Scale};
 
 /// Reads of an unchanged reference after which a wait gives up.
 const REFERENCE_STUCK_READS: u32 = 1_000_000;
+/// With a wait function: time asked of it, beyond the wait itself, without
+/// the reference moving, after which the wait gives up.
+const REFERENCE_STUCK_WAIT_NS: u64 = 1_000_000_000;
 /// Reference/source/reference brackets tried per timestamp (tightest kept).
 const BRACKET_TRIES: u32 = 3;
 
@@ -94,7 +97,9 @@ impl<'a> Suite<'a> {
             sink,
             summary: Summary::default(),
             failed: [false; MAX_SOURCES],
+            unverified: [false; MAX_SOURCES],
             cost: [None; MAX_SOURCES],
+            step_ns: [None; MAX_SOURCES],
         };
         for s in &self.sources[n..] {
             rep.report(
@@ -188,6 +193,8 @@ impl Ctx<'_> {
         };
         let mut last = start;
         let mut unchanged = 0u32;
+        // Nanoseconds asked of `wait` since the reference last moved.
+        let mut waited = 0u64;
         loop {
             let now = self.reference.read();
             if now < start {
@@ -199,17 +206,22 @@ impl Ctx<'_> {
             }
             if now == last {
                 unchanged += 1;
-                if unchanged > REFERENCE_STUCK_READS {
+                if unchanged > REFERENCE_STUCK_READS
+                    || waited > ns.saturating_add(REFERENCE_STUCK_WAIT_NS)
+                {
                     return false;
                 }
             } else {
                 unchanged = 0;
+                waited = 0;
                 last = now;
             }
             match self.wait {
                 Some(w) => {
                     let remaining = self.ref_scale.ticks_to_ns(target - elapsed).max(1);
-                    w(remaining.min(chunk_ns));
+                    let d = remaining.min(chunk_ns);
+                    waited = waited.saturating_add(d);
+                    w(d);
                 }
                 None => core::hint::spin_loop(),
             }
@@ -223,7 +235,13 @@ pub(crate) struct Reporter<'s> {
     sink: &'s mut dyn Sink,
     pub summary: Summary,
     pub failed: [bool; MAX_SOURCES],
+    /// A check that decides whether the source passed could not run (its
+    /// rate, with the reference broken): it did not pass everything.
+    pub unverified: [bool; MAX_SOURCES],
     pub cost: [Option<u64>; MAX_SOURCES],
+    /// The smallest step each source was seen to take, in ns (the
+    /// resolution check): what one reading can be off by.
+    pub step_ns: [Option<u64>; MAX_SOURCES],
 }
 
 impl Reporter<'_> {

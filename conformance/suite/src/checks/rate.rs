@@ -61,9 +61,21 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>) {
         }
     }
 
-    let tol = ctx.config.rate_tolerance_ppm;
+    let base_tol = ctx.config.rate_tolerance_ppm;
     let interval_ms = interval / 1_000_000;
     let interval_us = interval / 1_000 % 1_000;
+    if !reference_ok && !ctx.reference_in_list() {
+        // The reference is at fault, and no row of the list is it: its own.
+        rep.report(
+            None,
+            ctx.reference.name(),
+            Check::Rate,
+            Status::Fail,
+            Value::None,
+            "ppm",
+            &detail!("the reference stopped advancing or went backwards during the interval"),
+        );
+    }
     for (i, s) in ctx.sources.iter().enumerate() {
         if !reference_ok {
             report_no_reference(ctx, rep, i, *s);
@@ -81,6 +93,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>) {
             );
             continue;
         }
+        let tol = base_tol.saturating_add(quantization_ppm(rep.step_ns[i], interval));
         let mut col = column(&ppm, i);
         let good = col[..k].iter().filter(|&&v| within(v, tol)).count();
         let med = median_i64(&mut col[..k]);
@@ -106,7 +119,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>) {
     }
 
     if reference_ok {
-        agreement(ctx, rep, &ppm, k, majority);
+        agreement(ctx, rep, &ppm, k, majority, interval);
     }
 }
 
@@ -119,6 +132,16 @@ fn column(ppm: &Table, i: usize) -> [i64; MAX_INTERVALS] {
     col
 }
 
+/// How far a source whose smallest step is `step_ns` can be off over
+/// `interval` ns from quantization alone: one step at each end (a 1 ms
+/// step over 100 ms: 20,000 ppm). The rate and agreement tolerances widen
+/// by it, so a correct tick-based counter is not called wrong.
+fn quantization_ppm(step_ns: Option<u64>, interval: u64) -> u64 {
+    step_ns.map_or(0, |s| {
+        (2 * s as u128 * 1_000_000 / interval.max(1) as u128).min(u64::MAX as u128) as u64
+    })
+}
+
 /// Errors in ppm, indexed `[interval][source]`.
 type Table = [[i64; MAX_SOURCES]; MAX_INTERVALS];
 
@@ -128,6 +151,7 @@ fn report_no_reference(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, i: usize, s: &dyn 
     let status = if ctx.is_reference(s) {
         Status::Fail
     } else {
+        rep.unverified[i] = true;
         Status::Skip
     };
     for check in [Check::Rate, Check::Agreement] {
@@ -149,7 +173,14 @@ fn report_no_reference(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, i: usize, s: &dyn 
 /// reference counts as a source at 0 ppm when it is not in the list, and
 /// casts the deciding vote when the count is even, so two sources that
 /// disagree are decided in the reference's favour.
-fn agreement(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, ppm: &Table, k: usize, majority: usize) {
+fn agreement(
+    ctx: &Ctx<'_>,
+    rep: &mut Reporter<'_>,
+    ppm: &Table,
+    k: usize,
+    majority: usize,
+    interval: u64,
+) {
     let n = ctx.sources.len();
     let extra_reference = !ctx.reference_in_list();
     let voters = n + extra_reference as usize;
@@ -167,7 +198,7 @@ fn agreement(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, ppm: &Table, k: usize, major
         *c = median_i64(&mut votes[..m]);
     }
 
-    let tol = ctx.config.agreement_tolerance_ppm;
+    let base_tol = ctx.config.agreement_tolerance_ppm;
     for (i, s) in ctx.sources.iter().enumerate() {
         if voters < 2 {
             rep.report(
@@ -181,6 +212,7 @@ fn agreement(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, ppm: &Table, k: usize, major
             );
             continue;
         }
+        let tol = base_tol.saturating_add(quantization_ppm(rep.step_ns[i], interval));
         let mut dev = column(ppm, i);
         for (d, c) in dev[..k].iter_mut().zip(&consensus) {
             *d = d.saturating_sub(*c);

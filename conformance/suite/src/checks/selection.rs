@@ -14,7 +14,7 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, selected: Option<&str>)
     let mut candidates = [false; MAX_SOURCES];
     for (i, s) in ctx.sources.iter().enumerate() {
         let Some(cost) = rep.cost[i] else { continue };
-        if rep.failed[i] || !s.quality().auto_selectable() {
+        if rep.failed[i] || rep.unverified[i] || !s.quality().auto_selectable() {
             continue;
         }
         candidates[i] = true;
@@ -76,6 +76,12 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, selected: Option<&str>)
     };
     if rep.failed[sel] {
         return fail(rep, detail!("the selected source failed a check"));
+    }
+    if rep.unverified[sel] {
+        return fail(
+            rep,
+            detail!("the selected source's rate could not be checked"),
+        );
     }
     if !candidates[sel] {
         return fail(
