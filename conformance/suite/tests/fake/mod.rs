@@ -2,7 +2,7 @@
 //! Fake sources on deterministic simulated time, for the suite's own
 //! verdicts: every read or wait advances one shared nanosecond clock, and
 //! each fake maps that time to ticks (correctly, or as a test breaks it).
-use clockhal_conformance::{Check, CheckResult, Config, Cpus, Status, Suite, Summary, Value};
+use clockhal_conformance::{Check, CheckResult, Cpus, Status, Suite, Summary, Value};
 use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -168,7 +168,7 @@ pub fn with_timeout<T: Send + 'static>(
     }
 }
 
-/// Host threads as CPUs; a thread-local says which "CPU" a read runs on.
+// Host threads as CPUs; a thread-local says which "CPU" a read runs on.
 thread_local! {
     pub static CPU: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
