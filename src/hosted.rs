@@ -117,17 +117,30 @@ pub fn tsc_rate(budget: Duration) -> Result<(Frequency, RateOrigin), HostedError
     calibrate_tsc(budget).map(|f| (f, RateOrigin::Calibrated))
 }
 
-/// Whether the host kernel's current clocksource is the TSC (Linux sysfs):
-/// then Linux found the TSCs synchronised.
+/// Whether the host kernel found the TSCs synchronised: its clocksource is
+/// the TSC (Linux uses it only then), or kvm-clock whose live page carries
+/// the hypervisor's stable bit (kvm-clock alone is no proof: Linux runs it
+/// on every KVM guest, and without the bit precisely when the TSCs are not
+/// in step).
 fn host_clocksource_is_tsc() -> bool {
-    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-        .map(|s| s.trim() == "tsc" || s.trim() == "kvm-clock")
-        .unwrap_or(false)
+    let current =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default();
+    match current.trim() {
+        "tsc" => true,
+        "kvm-clock" => clockhal_linux::live_pvclock().is_ok_and(|p| {
+            p.area().flags.load(core::sync::atomic::Ordering::Relaxed)
+                & clockhal_x86::paravirt::PVCLOCK_TSC_STABLE_BIT
+                != 0
+        }),
+        _ => false,
+    }
 }
 
 /// Probes the hosted candidates (see the module docs) with `policy`: the
 /// TSC (rate from [`tsc_rate`]; in step across CPUs if the host kernel uses
-/// the TSC or kvmclock as its clocksource) and `CLOCK_MONOTONIC_RAW`.
+/// the TSC as its clocksource, or kvmclock with the stable bit) and
+/// `CLOCK_MONOTONIC_RAW`.
 pub fn probe(policy: &Policy) -> Probed<HostedHw> {
     probe_with_rate(
         policy,

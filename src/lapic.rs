@@ -75,7 +75,8 @@ pub enum LapicRateOrigin {
         /// The clock source it was measured against (`"kvmclock"`, ...).
         against: &'static str,
         /// Bound on the relative error against that source, ppm: the two
-        /// samples' bracket widths over the interval, plus one count. The
+        /// samples' bracket widths and the clock's resolution (its tick, or
+        /// the clamp granule) over the interval, plus one count. The
         /// source's own rate error (see the report) comes on top.
         uncertainty_ppm: u32,
     },
@@ -325,8 +326,11 @@ impl<H: Hardware + Clone> Clock<H> {
                 .filter(|f| PLAUSIBLE_MEASURED_HZ.contains(&f.hz_rounded()))
                 .ok_or(implausible)?;
         // Each count reading lies within its bracket: the interval is
-        // known to half the two widths; the counts to one.
-        let slack = (first.width().unwrap_or(0) + last.width().unwrap_or(0)).div_ceil(2);
+        // known to half the two widths, and to the clock's resolution (a
+        // bracket inside one clamp granule has width 0); the counts to one.
+        let slack = (first.width().unwrap_or(0) + last.width().unwrap_or(0))
+            .div_ceil(2)
+            .saturating_add(self.resolution_ns());
         let bound = ppm(i128::from(slack), elapsed_ns) + ppm(1, u64::from(counts)) + 1;
         Ok(LapicRate {
             frequency,

@@ -9,9 +9,12 @@
 //! [`STUCK_READS`](crate::STUCK_READS) (10,000) such reads the clock
 //! switches to another source by itself, and the wait goes on on that one
 //! (it lasts at least as long as asked in real time: the held reads do not
-//! advance the clock). Only a clock with nothing to switch to (every
-//! source stopped, or a forced one) repeats an instant a hundred times
-//! longer. A legitimate hold (a host parameter update stepping back, by at
+//! advance the clock). A counter that stopped but still answers (the
+//! same reading every time) is no hold: the watchdog finds it at its next
+//! tick and switches; a wait that runs before that (early boot, no timer
+//! interrupt yet) ends with [`Stalled`]. Only a clock with nothing to
+//! switch to (every source stopped, or a forced one) repeats an instant
+//! for good. A legitimate hold (a host parameter update stepping back, by at
 //! most 1 ms, while the floor waits) lasts at most ~100,000 reads even at
 //! 10 ns per read.
 

@@ -64,7 +64,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// to a second behind. Aligned to an edge, the wall time is right to
     /// - [`RtcEdge::uncertainty_ns`]: half the poll window in which the
     ///   RTC's update-in-progress flag rose (a few µs under QEMU TCG; an
-    ///   ISA-bus poll takes ~2 µs), plus
+    ///   ISA-bus poll takes ~2 µs) and the clock's resolution, plus
     /// - the error of that flag's 244 µs lead before the edge, which the
     ///   MC146818 data sheet fixes and QEMU emulates exactly.
     ///
@@ -130,7 +130,9 @@ impl<H: Hardware + Clone> Clock<H> {
                 break;
             }
         }
-        let edge = result?;
+        let mut edge = result?;
+        // The polls were timed with this clock: known only to its resolution.
+        edge.uncertainty_ns = edge.uncertainty_ns.saturating_add(self.resolution_ns());
         self.set_unix_time(edge.unix_ns_at(self.now_ns()));
         Ok(edge)
     }

@@ -271,3 +271,53 @@ fn a_clock_that_stops_ends_the_calibration() {
         other => panic!("{other:?}"),
     }
 }
+
+/// On a clock whose readings go through a 1024 ns clamp granule, a
+/// bracket inside one granule has width 0: the calibration's bound must
+/// still cover the truth (it claimed ±2 ppm while 467 ppm off).
+#[test]
+fn the_calibration_bound_covers_the_clock_resolution() {
+    use clockhal::lapic::LapicRateOrigin;
+    use clockhal::{ClampGranule, Duration, Platform};
+    use clockhal_sim::{KvmConfig, SimMachine};
+    use std::cell::Cell;
+    for phase in [0u64, 300, 512, 900] {
+        let m = SimMachine::kvm_config()
+            .with_kvm(KvmConfig {
+                stable_bit: false,
+                stable_flag: false,
+                ..KvmConfig::default()
+            })
+            .build();
+        let platform = Platform::new()
+            .pvclock_areas(m.alloc_pvclock_areas(1))
+            .clamp_granule(ClampGranule::from_log2(10).unwrap());
+        let clock = clockhal::probe(&m, platform).into_clock().unwrap();
+        assert_eq!(clock.source_name(), "kvmclock");
+        m.advance(phase);
+        let started = Cell::new((0u64, 0u32));
+        let start = |initial| started.set((m.now_ns(), initial));
+        let read = || {
+            m.advance(25);
+            let (at, initial) = started.get();
+            let v = initial.saturating_sub((m.now_ns() - at) as u32);
+            m.advance(25);
+            v
+        };
+        let r = clock
+            .calibrate_lapic(start, read, Duration::from_millis(1))
+            .unwrap();
+        let LapicRateOrigin::Calibrated {
+            uncertainty_ppm, ..
+        } = r.origin
+        else {
+            panic!("{r}")
+        };
+        let hz = 1_000_000_000u64;
+        let err_ppm = r.frequency.hz_rounded().abs_diff(hz) * 1_000_000 / hz;
+        assert!(
+            err_ppm <= u64::from(uncertainty_ppm),
+            "phase {phase}: {r}: {err_ppm} ppm off, claims ±{uncertainty_ppm} ppm"
+        );
+    }
+}

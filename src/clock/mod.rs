@@ -377,6 +377,17 @@ impl<H: Hardware + Clone> Clock<H> {
         self.source().map_or("none", |s| s.name())
     }
 
+    /// How coarse the clock's readings may be, in ns: the current source's
+    /// tick, or the clamp's granule if larger (readings that go through the
+    /// clamp land on its grid). A measurement bracketed with the clock is
+    /// known only to this.
+    pub(crate) fn resolution_ns(&self) -> u64 {
+        let tick = self
+            .scale_of(self.current_index())
+            .map_or(1, |s| s.ticks_to_ns_exact(1).max(1));
+        tick.max(self.clamp.granule().units())
+    }
+
     /// The current source's exact rate.
     pub fn frequency(&self) -> Option<Frequency> {
         self.scale_of(self.current_index()).map(|s| s.frequency())
