@@ -340,3 +340,33 @@ fn an_ap_behind_the_boot_cpu_by_more_than_the_clocks_age_never_wraps() {
     let t = kvm.on_cpu(1, || c.now().as_nanos());
     assert!(t < ms(10), "kvmclock: now() on the AP = {t}");
 }
+
+/// Source switches racing readers on four other CPUs, every host promise
+/// honest: no CPU may return less than another already returned (a switch
+/// published the new timeline before the readers of the old one were done,
+/// and a device's base pair could be read torn: 10 ns to 10 ms back).
+#[test]
+fn switches_racing_readers_keep_the_cross_cpu_order() {
+    let orders: [&[SourceId]; 4] = [
+        &[SourceId::Tsc],
+        &[SourceId::Kvmclock],
+        &[SourceId::Hpet],
+        &[SourceId::Tsc, SourceId::Hpet],
+    ];
+    for order in orders {
+        let m = leak(SimMachine::kvm_config().with_cpus(5, &[]).build());
+        let (c, _) = clock_with(m, |p| p.tsc_sync(SyncStatus::Synchronized));
+        race(&c, m, &[1, 2, 3, 4], true, |r| {
+            r.cross_cpu(CrossCpu::Within(0));
+            let t0 = std::time::Instant::now();
+            let mut i = 0;
+            while i < 2_000 && t0.elapsed() < std::time::Duration::from_secs(3) {
+                c.force(order[i % order.len()]).unwrap();
+                i += 1;
+                m.advance(20_000);
+                r.check();
+            }
+            r.wait(50);
+        });
+    }
+}

@@ -150,19 +150,23 @@ impl core::error::Error for CpuError {}
 ///   OS's [`Hardware::cpu_index`]; with `Native::new()` (no index) every CPU
 ///   shares one floor, updated with locked instructions.
 /// - **Across CPUs** it depends on the source, as the report's
-///   `MONOTONIC_ACROSS_CPUS` flag says: device counters (HPET, PM timer,
-///   Hyper-V MSR) and sources without a host ordering promise (kvmclock
-///   without a trusted stable bit) are ordered through a global clamp:
-///   a reading on one CPU is never earlier than one returned before on
-///   another. kvmclock with a trusted stable bit, the Hyper-V page and a
+///   `MONOTONIC_ACROSS_CPUS` flag says: a reading on one CPU is never
+///   earlier than one returned before on another. Device counters (HPET,
+///   PM timer, PIT, Hyper-V MSR) are one counter for every CPU, which
+///   orders them (their backends keep a read that found the counter behind
+///   at the last value); sources without a host ordering promise (kvmclock
+///   without a trusted stable bit) go through a global clamp. kvmclock
+///   with a trusted stable bit, the Hyper-V page and a
 ///   warp-tested TSC are ordered by the host's (or the hardware's) promise,
 ///   not checked per read; the promise is checked where it can be (kvmclock
 ///   areas must agree, [`STABLE_AGREEMENT_NS`](crate::kvmclock::STABLE_AGREEMENT_NS);
 ///   the OS's warp test; `IA32_TSC_ADJUST`), and once broken, reads go
 ///   through the clamp. (A read in flight on another CPU at that moment
 ///   may still finish on the old promise, ahead by up to the disagreement
-///   found; the next watchdog tick raises the clamp above it.) A switch between sources continues above every
-///   floor: at most [`SWITCH_MARGIN_NS`] forward, never back.
+///   found; the next watchdog tick raises the clamp above it.) A switch
+///   between sources continues above every floor: at most
+///   [`SWITCH_MARGIN_NS`] forward, never back, and on every CPU: while it
+///   is set up, reads hold at the largest value any CPU returned.
 ///
 /// # What the read path checks
 /// No value from a hypervisor page is used unchecked: the backends judge
@@ -433,6 +437,14 @@ impl<H: Hardware + Clone> Clock<H> {
     /// gives `start`. A new generation: every CPU's cached map is stale.
     pub(crate) fn start_source(&self, id: SourceId, start: u64) {
         let i = id.index();
+        // Readers hold from here until the new timeline is set
+        // (read::SWITCHING); the start then covers what they held at.
+        let st = self.state.load(Ordering::Acquire);
+        self.state.store(
+            ((st >> 8).wrapping_add(1) << 8) | (st & read::ID_MASK) | read::SWITCHING,
+            Ordering::SeqCst,
+        );
+        let start = start.max(self.high_water());
         let mapped = matches!(
             id,
             SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc
@@ -456,7 +468,7 @@ impl<H: Hardware + Clone> Clock<H> {
         self.raise_ceiling(start.saturating_add(self.settings.max_jump.as_nanos()));
         let st = self.state.load(Ordering::Acquire);
         let next = ((st >> 8).wrapping_add(1) << 8) | i as u32;
-        self.state.store(next, Ordering::Release);
+        self.state.store(next, Ordering::SeqCst);
         self.publish_page();
     }
 

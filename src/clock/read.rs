@@ -21,7 +21,14 @@ use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 pub(crate) const BEFORE_ZERO: u64 = 1 << 63;
 
 /// The state word's source index bits.
-pub(crate) const ID_MASK: u32 = 0xFF;
+pub(crate) const ID_MASK: u32 = 0x7F;
+
+/// The state word's "switch in progress" bit: from the moment a switch
+/// begins until the new source's timeline is set, every read that does not
+/// finish on the old state's cached map holds at the high-water mark, so no
+/// CPU returns an old-timeline reading taken after the new start was fixed,
+/// nor a new-timeline one from before it was set.
+pub(crate) const SWITCHING: u32 = 0x80;
 
 /// A validated map of a TSC-based source now.
 pub(crate) struct MapNow {
@@ -120,6 +127,9 @@ impl<H: Hardware + Clone> Clock<H> {
     #[cold]
     #[inline(never)]
     fn mapped_slow<M: Mapped>(&self, m: &M, st: u32, cpu: usize) -> u64 {
+        if st & SWITCHING != 0 {
+            return self.hold_unserved(cpu);
+        }
         let id = (st & ID_MASK) as usize;
         let offset = self.offsets[id].load(Acquire);
         let (v, ordered) = match m.map_now(cpu) {
@@ -178,6 +188,12 @@ impl<H: Hardware + Clone> Clock<H> {
                 None => return self.hold(cpu),
             },
         };
+        if self.state.load(Acquire) != st {
+            // A switch began meanwhile: the offset read may be the new one.
+            // Hold (bounded: no retry that a stream of switches could
+            // repeat without end).
+            return self.hold_unserved(cpu);
+        }
         self.after_fresh(v);
         self.raise(cpu, ordered, v)
     }
@@ -187,6 +203,9 @@ impl<H: Hardware + Clone> Clock<H> {
     /// current.
     #[inline(never)]
     fn read_device(&self, st: u32, cpu: usize) -> u64 {
+        if st & SWITCHING != 0 {
+            return self.hold_unserved(cpu);
+        }
         let id = (st & ID_MASK) as usize;
         let (Some(src), Some(scale)) = (
             SourceId::from_index(id).and_then(|i| self.backends.source(i)),
@@ -196,8 +215,8 @@ impl<H: Hardware + Clone> Clock<H> {
         };
         let v = self.device_ns(id, scale, src.read());
         if self.state.load(Acquire) != st {
-            // A switch raced this read: read the new source.
-            return self.now_ns();
+            // A switch raced this read (its bases may be torn): hold.
+            return self.hold_unserved(cpu);
         }
         if !self.plausible(v) {
             return self.hold(cpu);
@@ -233,8 +252,8 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// No fresh value because the source does not serve this CPU (an
-    /// unregistered kvmclock CPU): not earlier than anything returned, and
-    /// not counted against the source (the backend counts it).
+    /// unregistered kvmclock CPU) or a switch is in progress: not earlier
+    /// than anything returned, and not counted against the source.
     #[cold]
     fn hold_unserved(&self, cpu: usize) -> u64 {
         let v = self.high_water();
