@@ -139,3 +139,50 @@ fn after_a_resume_with_host_time_far_ahead_the_page_follows_the_kernel() {
         "user {u1}, kernel {k1}"
     );
 }
+
+/// A Hyper-V guest on two CPUs whose warp test finds the TSCs out of step:
+/// the kernel stops trusting the page's cross-CPU order (its reads go
+/// through the clamp), so user programs, which read the raw page, must be
+/// told to ask the kernel (they stayed on the page: 1 ms back across CPUs).
+#[test]
+fn an_out_of_step_warp_test_withdraws_the_hyperv_page_from_user_programs() {
+    let m: &'static SimMachine = Box::leak(Box::new(
+        SimMachine::hyperv_config().with_cpus(2, &[]).build(),
+    ));
+    let hv = m.alloc_hv_page();
+    let page: &'static ClockPage = Box::leak(Box::new(ClockPage::new()));
+    let layout = WindowLayout {
+        pvclock_page: 0,
+        pvclock_areas: 0,
+        hyperv_page: 1,
+    };
+    let writer =
+        ClockPageWriter::new(page, layout, &[], Some(hv.get()), TscRead::LfenceRdtsc).unwrap();
+    let view = writer.view();
+    let platform = Platform::new()
+        .cpus(2)
+        .tsc_sync(SyncStatus::Synchronized)
+        .self_check(SelfCheck::new().rate_interval(Duration::from_millis(1)))
+        .hyperv_tsc_page(hv)
+        .hyperv_guest_os_id(clockhal::hyperv::DEFAULT_GUEST_OS_ID)
+        .clock_page(writer);
+    let clock = probe(m, platform).into_clock().unwrap();
+    assert_eq!(clock.source_id(), SourceId::HypervPage);
+    let read = || view.read_with(|| Hardware::rdtsc_ordered(&m));
+    assert_eq!(read().unwrap().source, Source::HypervPage);
+    let behind = m.config().tsc_hz / 1_000;
+    m.set_tsc_offset(1, -(behind as i64));
+    clock.set_tsc_sync(SyncStatus::Unsynchronized {
+        worst_backward_ticks: behind,
+    });
+    assert_eq!(
+        clock.source_id(),
+        SourceId::HypervPage,
+        "{}",
+        clock.report()
+    );
+    assert_eq!(
+        read().map(|r| r.source),
+        Err(AskKernel::Page(AskReason::PerCpuOnly))
+    );
+}

@@ -228,6 +228,8 @@ pub struct Clock<H: Hardware + Clone> {
     pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
     /// The next page publication follows a restore.
     pub(crate) page_restored: AtomicBool,
+    /// A backend withdrew a promise since the last page publication.
+    pub(crate) page_stale: AtomicBool,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -321,6 +323,7 @@ impl<H: Hardware + Clone> Clock<H> {
             reclamp: AtomicBool::new(false),
             clock_page,
             page_restored: AtomicBool::new(false),
+            page_stale: AtomicBool::new(false),
         };
         // The timeline starts at 0 on the selected source.
         clock.start_source(selected, 0);
@@ -560,6 +563,7 @@ impl<H: Hardware + Clone> Clock<H> {
             self.tsc_sync_changed();
         }
         self.follow_backend_epochs();
+        self.republish_if_stale();
         first
     }
 
@@ -581,12 +585,25 @@ impl<H: Hardware + Clone> Clock<H> {
         let now = self.backends.epochs();
         if self.backend_epochs.swap(now, Ordering::AcqRel) != now {
             self.state.fetch_add(1 << 8, Ordering::AcqRel);
+            // A withdrawn promise may change what user programs may read.
+            self.page_stale.store(true, Ordering::Release);
             // A read in flight on another CPU may still finish on the old
             // promise and raise its floor after the clamp took the floors'
             // maximum: the next watchdog tick takes it again.
             self.reclamp.store(true, Ordering::Release);
         } else if self.reclamp.swap(false, Ordering::AcqRel) {
             self.clamp.absorb(self.slots().max_floor());
+        }
+    }
+
+    /// Republishes the user page if a backend changed its promises since
+    /// the last publication. Takes the watchdog lock: not with it held.
+    pub(crate) fn republish_if_stale(&self) {
+        if self.page_stale.load(Ordering::Acquire) {
+            let _st = self.watchdog.lock();
+            if self.page_stale.swap(false, Ordering::AcqRel) {
+                self.publish_page();
+            }
         }
     }
 
@@ -639,6 +656,7 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         }
         self.reselect();
+        self.republish_if_stale();
     }
 
     /// After the guest was restored (resume from a snapshot or S3), on the

@@ -9,18 +9,25 @@
 //! | TSC in step across CPUs, faster than 1 GHz | `Tsc`: the clock's own line through (TSC now, clock now) |
 //! | kvmclock with a trusted stable bit | `Pvclock` on area 0, offset = the clock's offset for kvmclock |
 //! | Hyper-V reference page | `HypervPage`, offset = the clock's offset for the page |
-//! | TSC or kvmclock only consistent per CPU | `AskKernel(PerCpuOnly)` |
+//! | TSC, kvmclock or the Hyper-V page only consistent per CPU (no trusted host or warp-test order) | `AskKernel(PerCpuOnly)` |
 //! | HPET, PM timer, PIT, Hyper-V MSR, an OS source | `AskKernel(NotUserReadable)` |
 //!
-//! The page carries the clock's high-water mark as its floor, so no user
-//! reading is below a value the kernel returned before the publication.
+//! The page is republished at every such change and whenever a backend
+//! withdraws a cross-CPU promise (an out-of-step warp test, kvmclock areas
+//! that disagree). It carries the clock's high-water mark as its floor, so
+//! no user reading is below a value the kernel returned before the
+//! publication.
 //! The reverse holds only to the anchoring error: right after a
 //! publication a user reading may lead the kernel clock by the time two
 //! reads take (well under 1 µs). A source the watchdog finds faulty is
 //! switched away from at its next tick, and the switch republishes; until
 //! then user programs read the raw page, which the kernel's read path
 //! checks and user code does not (the reader's own plausibility checks
-//! still apply).
+//! still apply). So a host update the kernel rejected (a jump ahead) can
+//! reach user programs before that switch, and the next publication's
+//! floor keeps them there: user time then stays ahead of the kernel's by
+//! that jump until the kernel's clock passes it (never backwards, but not
+//! bounded ahead).
 
 use super::Clock;
 use crate::{SourceId, Verdict};
@@ -37,6 +44,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(writer) = &self.clock_page else {
             return;
         };
+        self.page_stale.store(false, Ordering::Release);
         let id = self.source_id();
         let i = id.index();
         let ordered = self
@@ -61,7 +69,9 @@ impl<H: Hardware + Clone> Clock<H> {
                 area: 0,
                 offset_ns: offset,
             },
-            SourceId::HypervPage if ordered => PageSource::HypervPage { offset_ns: offset },
+            SourceId::HypervPage if ordered && self.backends.hyperv_page_ordered() => {
+                PageSource::HypervPage { offset_ns: offset }
+            }
             SourceId::Tsc | SourceId::Kvmclock | SourceId::HypervPage => {
                 PageSource::AskKernel(AskReason::PerCpuOnly)
             }

@@ -166,6 +166,9 @@ impl<H: Hardware + Clone> Clock<H> {
             paused |= b.take_paused();
         });
         self.follow_backend_epochs();
+        if self.page_stale.load(Ordering::Acquire) {
+            self.publish_page();
+        }
         // Host faults the backends counted since the last tick.
         if let Some(e) = self.judge_host_faults(&mut st) {
             return e;

@@ -79,6 +79,11 @@ mod enabled {
         pub(crate) fn hyperv_page_falls_back(&self, cpu: usize) -> bool {
             self.hyperv_page_mapped().is_some_and(|p| p.falls_back(cpu))
         }
+
+        /// The page's readings rest on the hypervisor's cross-CPU order.
+        pub(crate) fn hyperv_page_ordered(&self) -> bool {
+            self.hyperv_page_mapped().is_some_and(|p| p.ordered())
+        }
     }
 
     impl<H: Hardware> Backend for Hyperv<H> {
@@ -126,6 +131,11 @@ mod enabled {
 
         /// The page's readings are the MSR's now: there is no page.
         pub(crate) fn hyperv_page_falls_back(&self, _: usize) -> bool {
+            false
+        }
+
+        /// The page's readings rest on the hypervisor's order: no page.
+        pub(crate) fn hyperv_page_ordered(&self) -> bool {
             false
         }
     }

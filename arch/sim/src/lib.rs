@@ -1035,9 +1035,13 @@ impl Hardware for SimMachine {
 
 impl SimMachine {
     fn mmio_addr(region: MmioRegion, offset: usize, size: usize) -> Option<u64> {
+        // A simulated region may sit at the top of the address space: an
+        // access whose address wraps is out of bounds, as on hardware.
         region
             .contains(offset, size)
-            .then(|| (region.base() + offset) as u64)
+            .then(|| region.base().checked_add(offset))
+            .flatten()
+            .map(|a| a as u64)
     }
 
     fn mmio_read(&self, region: MmioRegion, offset: usize, size: usize) -> u64 {

@@ -289,3 +289,13 @@ fn changes_are_atomic_while_other_threads_read() {
         stop.store(true, Ordering::Relaxed);
     });
 }
+
+/// A simulated MMIO region at the very top of the address space: an
+/// access whose address would wrap reads as all ones (it panicked).
+#[test]
+fn an_mmio_access_that_would_wrap_reads_all_ones() {
+    use clockhal_x86::{Hardware, MmioRegion};
+    let m = SimMachine::kvm();
+    let r = MmioRegion::simulated(usize::MAX - 7, 16);
+    assert_eq!(m.mmio_read64(r, 8), u64::MAX);
+}

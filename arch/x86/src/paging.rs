@@ -194,7 +194,12 @@ impl core::error::Error for MapMmioError {}
 ///
 /// Every page of the virtual range must be unmapped: the range is checked
 /// before anything changes, and a failure part-way unmaps what was mapped
-/// (page-table frames taken for it stay allocated). No TLB flush is needed
+/// (page-table frames taken for it stay allocated). The registers are
+/// written, so the parent entries above the range must be writable too:
+/// `x86_64`'s mapper adds WRITABLE to parent entries that exist, on
+/// success and also when the call then fails (the leaf pages are what the
+/// rollback removes). An OS that keeps a read-only region above the range
+/// maps the registers elsewhere. No TLB flush is needed
 /// or issued: the pages were not present, and x86 caches no translation for
 /// a page that is not present.
 ///

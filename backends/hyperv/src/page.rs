@@ -357,6 +357,13 @@ impl<H: Hardware> HypervPageClock<H> {
         self.page.get().sequence.load(Relaxed)
     }
 
+    /// Whether readings rely on the hypervisor's cross-CPU order (true
+    /// until [`distrust_order`](Self::distrust_order)): what a reader of the
+    /// raw page without this clock's clamp, such as a user program, needs.
+    pub fn ordered(&self) -> bool {
+        self.ordered.load(Acquire)
+    }
+
     /// Stops trusting the hypervisor's cross-CPU order (the OS's warp test
     /// found the TSCs out of step): reads go through a global clamp from
     /// now on, starting above every value returned so far.

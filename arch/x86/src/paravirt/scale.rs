@@ -9,13 +9,15 @@ use super::hv_sequence_valid;
 
 /// The pvclock `(mul, shift)` a KVM host publishes for a TSC of `tsc_hz` Hz
 /// (Linux's `kvm_get_time_scale(NSEC_PER_SEC, tsc_hz)`): the TSC delta is
-/// pre-shifted so that `mul` keeps 31–32 significant bits. `None` for 0 Hz.
-/// For simulators, benchmarks and tests that play the host.
+/// pre-shifted so that `mul` keeps 31–32 significant bits. `None` for 0 Hz
+/// and above ~8.6·10^18 Hz, where the shift would leave the `-32..=32` a
+/// guest accepts. For simulators, benchmarks and tests that play the host.
 ///
 /// ```
 /// use clockhal_x86::paravirt::pvclock_time_scale;
 /// // What this project's KVM host writes for its 2.3 GHz TSC.
 /// assert_eq!(pvclock_time_scale(2_300_000_000), Some((3_734_754_170, -1)));
+/// assert_eq!(pvclock_time_scale(u64::MAX), None);
 /// ```
 pub const fn pvclock_time_scale(tsc_hz: u64) -> Option<(u32, i8)> {
     if tsc_hz == 0 {
@@ -37,6 +39,10 @@ pub const fn pvclock_time_scale(tsc_hz: u64) -> Option<(u32, i8)> {
             tps32 <<= 1;
             shift += 1;
         }
+    }
+    // Beyond ~8.6e18 Hz the shift would leave the range a guest accepts.
+    if shift < -32 {
+        return None;
     }
     Some((((scaled64 << 32) / tps32 as u64) as u32, shift))
 }
