@@ -120,10 +120,17 @@ fn check_ratio(mul: u32, shift: i8) {
 }
 
 fn check_host_scale(hz: u64) {
+    // Refused: 0 Hz, and rates whose shift would pass -32 (the delta
+    // shifted right 33 times still above 2e9: beyond ~8.6e18 Hz).
+    let beyond = hz >> 32 > 2_000_000_000;
     let Some((mul, shift)) = pvclock_time_scale(hz) else {
-        assert_eq!(hz, 0, "pvclock_time_scale({hz}) refused");
+        assert!(hz == 0 || beyond, "pvclock_time_scale({hz}) refused");
         return;
     };
+    assert!(
+        !beyond && (-32..=32).contains(&shift),
+        "{hz} Hz: shift {shift}"
+    );
     assert!(mul >= 1 << 31, "{hz} Hz: mul {mul} lost precision");
     let (n, d) = exact_rate(mul, shift);
     assert!(
