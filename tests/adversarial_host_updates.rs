@@ -436,3 +436,78 @@ fn a_cpu_whose_area_never_settles_holds_then_the_clock_moves_on() {
     ));
     measures_right(&c, m, 1, "cpu 1 never settled");
 }
+
+/// A correct live-migration update (new TSC rate) first read a second
+/// after it was written: kvmclock stays, and the time is right.
+#[test]
+fn a_migration_update_read_late_keeps_kvmclock() {
+    let m = leak(SimMachine::kvm());
+    let (c, _) = clock(m);
+    for _ in 0..4 {
+        m.advance(ms(250));
+        c.watchdog_tick();
+    }
+    assert_eq!(c.source_id(), SourceId::Kvmclock);
+    let origin = m.now_ns() - c.now().as_nanos();
+    m.set_tsc_hz(m.config().tsc_hz * 3 / 2);
+    m.with_kvm(|k, ctx| k.update_all(ctx));
+    m.advance(ms(1_000));
+    let t = c.now().as_nanos();
+    let truth = m.now_ns() - origin;
+    let events: Vec<_> = (0..4)
+        .map(|_| {
+            m.advance(ms(250));
+            c.watchdog_tick()
+        })
+        .collect();
+    assert!(
+        t.abs_diff(truth) < ms(1) && c.source_id() == SourceId::Kvmclock,
+        "now() {} ns off; {:?}; {events:?}\n{}",
+        t as i128 - truth as i128,
+        c.source_id(),
+        c.report().table()
+    );
+}
+
+/// A host update anchored where the old parameters agree (the probe's
+/// instant, 400 s back) with a rate 4x off: the backend takes the host's
+/// anchor, so the clock's own checks must stop it — the jump ahead is not
+/// returned, the rate a quarter of the truth is caught by the watchdog.
+#[test]
+fn an_old_anchored_update_with_another_rate_is_stopped_by_the_clock() {
+    for shift_by in [2i8, -2] {
+        let m = leak(SimMachine::kvm());
+        let (c, _) = clock(m);
+        let origin = m.now_ns() - c.now().as_nanos();
+        let t0_tsc = m.tsc_of(0);
+        let t0_ns = m
+            .with_kvm(|k, ctx| k.next_update(ctx, 0).system_time)
+            .unwrap();
+        for _ in 0..1_600 {
+            m.advance(ms(250));
+            c.watchdog_tick();
+        }
+        m.with_kvm(|k, ctx| {
+            let u = k.next_update(ctx, 0);
+            let bad = PvclockUpdate {
+                tsc_timestamp: t0_tsc,
+                system_time: t0_ns,
+                shift: u.shift + shift_by,
+                ..u
+            };
+            k.publish(ctx, 0, bad);
+        });
+        let mut worst = 0u64;
+        for _ in 0..12 {
+            m.advance(ms(250));
+            c.watchdog_tick();
+            let t = c.now().as_nanos();
+            worst = worst.max(t.saturating_sub(m.now_ns() - origin));
+        }
+        assert!(
+            worst < 11_000_000_000,
+            "shift {shift_by:+}: {worst} ns ahead"
+        );
+        measures_right(&c, m, 0, "after an old-anchored update");
+    }
+}

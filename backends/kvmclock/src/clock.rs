@@ -38,11 +38,16 @@ pub const STABLE_AGREEMENT_NS: u64 = 1_000;
 pub use clockhal_core::REVALIDATE_NS;
 
 /// An update's `tsc_timestamp` this many TSC ticks or less behind the
-/// read (0.2 s at 10 GHz, 2 s at 1 GHz) is where its continuity is judged;
-/// an older one is judged at the read's own TSC. Kept short because the
-/// rate may change by up to 4x at an update: judged only at an old anchor,
-/// such an update could step the time at the read by 3x the anchor's age.
-const MAX_ANCHOR_AGE_TICKS: u64 = 1 << 31;
+/// read (about 100 s at 10 GHz) is where its continuity is judged. Long,
+/// because a host's anchor can be old legitimately (KVM's master clock
+/// anchors every vCPU's area where the master clock was last set, and a
+/// vCPU may first read an update after idling), and judged anywhere else
+/// an update with a migration's new TSC rate would look discontinuous. The
+/// price: an update whose rate differs (within the rate range) anchored
+/// long ago moves the read's time by the rate difference times that age;
+/// `clockhal`'s `Clock` catches such a step with its jump check (ahead) and
+/// its watchdog (a rate off against an independent counter).
+const MAX_ANCHOR_AGE_TICKS: u64 = 1 << 40;
 
 /// Samples retried on the new CPU when the caller migrates during one.
 const MIGRATION_RETRIES: usize = 3;
