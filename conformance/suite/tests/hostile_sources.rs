@@ -5,11 +5,13 @@
 //! source whose rate went unchecked is not "selected", a correct coarse
 //! counter passes, and huge readings saturate instead of overflowing.
 
+mod common;
 mod fake;
 
 use clockhal_conformance::{Check, Config, Cpus, Status, Suite};
 use clockhal_core::{ClockSource, Frequency};
-use fake::{collect, cpu, sim_wait, with_timeout, Fake, Sim, Threads};
+use common::collect;
+use fake::{cpu, sim_wait, with_timeout, Fake, Sim, Threads};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 

@@ -310,6 +310,18 @@ pub fn run(
     if let Some(s) = selected {
         suite = suite.selected(s);
     }
+    let results = collect(suite);
+    for r in &results.recs {
+        eprintln!(
+            "{} {} {} {} ({})",
+            r.source, r.check, r.status, r.value, r.detail
+        );
+    }
+    results
+}
+
+/// Runs `suite`, keeping every result it reports.
+pub fn collect(suite: Suite<'_>) -> Results {
     let mut recs = Vec::new();
     let summary = suite.run(&mut |r: &CheckResult<'_>| {
         recs.push(Rec {
@@ -320,11 +332,5 @@ pub fn run(
             detail: r.detail.to_string(),
         })
     });
-    for r in &recs {
-        eprintln!(
-            "{} {} {} {} ({})",
-            r.source, r.check, r.status, r.value, r.detail
-        );
-    }
     Results { recs, summary }
 }

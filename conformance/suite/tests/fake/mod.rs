@@ -2,10 +2,10 @@
 //! Fake sources on deterministic simulated time, for the suite's own
 //! verdicts: every read or wait advances one shared nanosecond clock, and
 //! each fake maps that time to ticks (correctly, or as a test breaks it).
-use clockhal_conformance::{Check, CheckResult, Cpus, Status, Suite, Summary, Value};
+use clockhal_conformance::Cpus;
 use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct Sim {
     pub now: AtomicU64,
@@ -95,61 +95,6 @@ impl ClockSource for Fake<'_> {
     }
     fn max_read_interval(&self) -> Option<u64> {
         self.max_read
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Res {
-    pub source: String,
-    pub check: Check,
-    pub status: Status,
-    pub value: Value,
-    pub detail: String,
-}
-
-pub struct Run {
-    pub results: Vec<Res>,
-    pub summary: Summary,
-    pub elapsed: Duration,
-}
-
-impl Run {
-    pub fn get(&self, src: &str, c: Check) -> &Res {
-        self.results
-            .iter()
-            .find(|r| r.source == src && r.check == c)
-            .unwrap_or_else(|| panic!("no {src} {c}: {:#?}", self.results))
-    }
-    pub fn status(&self, src: &str, c: Check) -> Status {
-        self.get(src, c).status
-    }
-    pub fn print(&self) {
-        for r in &self.results {
-            println!(
-                "{} {} {} {} ({})",
-                r.source, r.check, r.status, r.value, r.detail
-            );
-        }
-        println!("{} ({:?})", self.summary, self.elapsed);
-    }
-}
-
-pub fn collect(suite: Suite<'_>) -> Run {
-    let mut results = Vec::new();
-    let t = Instant::now();
-    let summary = suite.run(&mut |r: &CheckResult<'_>| {
-        results.push(Res {
-            source: r.source.to_string(),
-            check: r.check,
-            status: r.status,
-            value: r.value,
-            detail: r.detail.to_string(),
-        })
-    });
-    Run {
-        results,
-        summary,
-        elapsed: t.elapsed(),
     }
 }
 
