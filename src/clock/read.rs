@@ -12,7 +12,7 @@
 
 use super::{Clock, REVALIDATE_NS};
 use crate::{Demotion, SourceId};
-use clockhal_core::{PerCpuSlots, Scale, SlotEntry, TscMap};
+use clockhal_core::{Scale, SlotEntry, TscMap};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
@@ -109,7 +109,8 @@ impl<H: Hardware + Clone> Clock<H> {
                 } else {
                     self.clamp.clamp(r.ns)
                 };
-                PerCpuSlots::raise_in(slot, true, v, |cell, v| self.hw.fetch_max_local(cell, v))
+                // The slot is this CPU's own: its CPU-local maximum.
+                self.hw.fetch_max_local(slot.floor(), v)
             }
             None => self.mapped_slow(m, st, cpu),
         }
@@ -128,7 +129,7 @@ impl<H: Hardware + Clone> Clock<H> {
     #[inline(never)]
     fn mapped_slow<M: Mapped>(&self, m: &M, st: u32, cpu: usize) -> u64 {
         if st & SWITCHING != 0 {
-            return self.hold_unserved(cpu);
+            return self.hold_uncounted(cpu);
         }
         let id = (st & ID_MASK) as usize;
         let offset = self.offsets[id].load(Acquire);
@@ -184,7 +185,7 @@ impl<H: Hardware + Clone> Clock<H> {
                     self.clamp.absorb(self.slots().max_floor());
                     (v, false)
                 }
-                None if !m.serves(cpu) => return self.hold_unserved(cpu),
+                None if !m.serves(cpu) => return self.hold_uncounted(cpu),
                 None => return self.hold(cpu),
             },
         };
@@ -192,7 +193,7 @@ impl<H: Hardware + Clone> Clock<H> {
             // A switch began meanwhile: the offset read may be the new one.
             // Hold (bounded: no retry that a stream of switches could
             // repeat without end).
-            return self.hold_unserved(cpu);
+            return self.hold_uncounted(cpu);
         }
         self.after_fresh(v);
         self.raise(cpu, ordered, v)
@@ -204,7 +205,7 @@ impl<H: Hardware + Clone> Clock<H> {
     #[inline(never)]
     fn read_device(&self, st: u32, cpu: usize) -> u64 {
         if st & SWITCHING != 0 {
-            return self.hold_unserved(cpu);
+            return self.hold_uncounted(cpu);
         }
         let id = (st & ID_MASK) as usize;
         let (Some(src), Some(scale)) = (
@@ -216,7 +217,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let v = self.device_ns(id, scale, src.read());
         if self.state.load(Acquire) != st {
             // A switch raced this read (its bases may be torn): hold.
-            return self.hold_unserved(cpu);
+            return self.hold_uncounted(cpu);
         }
         if !self.plausible(v) {
             return self.hold(cpu);
@@ -251,11 +252,12 @@ impl<H: Hardware + Clone> Clock<H> {
         self.raise(cpu, true, v)
     }
 
-    /// No fresh value because the source does not serve this CPU (an
-    /// unregistered kvmclock CPU) or a switch is in progress: not earlier
-    /// than anything returned, and not counted against the source.
+    /// No fresh value, and not the source's fault: it does not serve this
+    /// CPU (an unregistered kvmclock CPU), or a switch is in progress or
+    /// raced the read. Not earlier than anything returned, and not counted
+    /// towards [`STUCK_READS`](super::STUCK_READS).
     #[cold]
-    fn hold_unserved(&self, cpu: usize) -> u64 {
+    fn hold_uncounted(&self, cpu: usize) -> u64 {
         let v = self.high_water();
         self.raise(cpu, true, v)
     }

@@ -143,8 +143,9 @@ struct Counters {
 /// value is the partition's word as the TLFS defines it, and `clockhal`'s
 /// `Clock` checks it against an independent counter before returning it
 /// (the MSR cannot vouch for itself there, and the watchdog counts this
-/// clock as the MSR while it falls back: [`falls_back`](Self::falls_back)). Never earlier than a value returned before on the same CPU;
-/// across CPUs ordered by the hypervisor's promise (or, after
+/// clock as the MSR while it falls back: [`falls_back`](Self::falls_back)).
+/// Never earlier than a value returned before on the same CPU; across CPUs
+/// ordered by the hypervisor's promise (or, after
 /// [`distrust_order`](Self::distrust_order), by a global clamp).
 ///
 /// Dropping it disables the page (partition-wide).
