@@ -135,6 +135,10 @@ impl<const RDTSCP: bool> Hardware for UserHw<RDTSCP> {
         self.native.cpu_index()
     }
     #[inline(always)]
+    fn cpu_index_is_fixed(&self) -> bool {
+        self.native.cpu_index_is_fixed()
+    }
+    #[inline(always)]
     fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
         self.native.fetch_max_local(cell, value)
     }

@@ -54,7 +54,8 @@ pub const KVM_CLAMP: &str = "clockhal kvmclock -> ns (clamp, 1 thread)";
 pub const KVM_COARSE: &str = "clockhal kvmclock -> ns (clamp, 1024 ns granule, 1 thread)";
 /// A ring-3 read of the OS's clock page.
 pub const USER: &str = "clockhal-user clock page (ClockReader::now, TSC state)";
-/// The Hyper-V page clock's read and the conversion to ns.
+/// The Hyper-V page clock's read (nanoseconds already: the page's 100 ns
+/// units interpolated by the TSC through the validated map).
 pub const HV: &str = "clockhal Hyper-V page -> ns";
 /// `Clock::stamp()`: the unordered TSC stamp for tracing.
 pub const STAMP: &str = "clockhal::Clock::stamp() (unordered, for tracing)";
@@ -238,7 +239,7 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     });
     r.add(USER, COUNTED, || user_page_row(USER, tsc_hz));
     r.add(HV, COUNTED, || {
-        hyperv_row(HV, UserHw::one_cpu(Persona::Hyperv), tsc_hz, HvOut::Scale)
+        hyperv_row(HV, UserHw::one_cpu(Persona::Hyperv), tsc_hz)
     });
     const LIVE: &str = "clockhal kvmclock (live page, read_area)";
     r.add(
@@ -289,16 +290,7 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
         rdtscp(Persona::Kvm).and_then(|h| kvmclock_row(D_KVM, h, tsc_hz, Path::Stable, EXACT))
     });
     r.add(D_HV, COUNTED, || {
-        rdtscp(Persona::Hyperv).and_then(|h| hyperv_row(D_HV, h, tsc_hz, HvOut::Scale))
-    });
-    const D_HV_RAW: &str = "diag: clockhal Hyper-V page read (100 ns units)";
-    r.add(D_HV_RAW, COUNTED, || {
-        hyperv_row(
-            D_HV_RAW,
-            UserHw::one_cpu(Persona::Hyperv),
-            tsc_hz,
-            HvOut::Units,
-        )
+        rdtscp(Persona::Hyperv).and_then(|h| hyperv_row(D_HV, h, tsc_hz))
     });
     const D_MUL: &str = "diag: ordered rdtsc + one 0.64 multiply (no exact-floor fixup)";
     r.add(D_MUL, COUNTED, || {
@@ -323,15 +315,6 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
         Ok(Row::new(D_FLOOR, move || {
             cpu_local_max(floor, map.apply(hw.rdtsc_ordered()))
         }))
-    });
-    const D_HV100: &str = "diag: clockhal Hyper-V page read x 100 (integer ratio)";
-    r.add(D_HV100, COUNTED, || {
-        hyperv_row(
-            D_HV100,
-            UserHw::one_cpu(Persona::Hyperv),
-            tsc_hz,
-            HvOut::Times100,
-        )
     });
     // Without a CPU index (hosted threads that migrate) the per-CPU floor
     // is shared and raised with a locked instruction.
@@ -551,13 +534,8 @@ fn kvmclock_row<const R: bool>(
 }
 
 /// A Hyper-V page clock probed on [`UserHw`] over a page written once with
-/// the real TSC rate, and the conversion `out`.
-fn hyperv_row<const R: bool>(
-    name: &str,
-    hw: UserHw<R>,
-    tsc_hz: u64,
-    out: HvOut,
-) -> Result<Row, String> {
+/// the real TSC rate, read in ns (`read_ns`: no conversion after it).
+fn hyperv_row<const R: bool>(name: &str, hw: UserHw<R>, tsc_hz: u64) -> Result<Row, String> {
     let scale = hv_reference_scale(tsc_hz).ok_or("TSC rate out of range")?;
     let page = SharedMemory::default().alloc_hv_page();
     page.get().publish(hv_next_sequence(0), scale, 0);
@@ -574,25 +552,7 @@ fn hyperv_row<const R: bool>(
     }
     let hv: &'static Hyperv<UserHw<R>> = Box::leak(Box::new(hv));
     let clock = hv.page().ok_or("no page clock")?;
-    Ok(match out {
-        HvOut::Scale => {
-            let scale = Scale::new(clock.frequency());
-            Row::new(name, move || scale.ticks_to_ns(clock.read()))
-        }
-        HvOut::Units => Row::new(name, move || clock.read()),
-        HvOut::Times100 => Row::new(name, move || clock.read() * 100),
-    })
-}
-
-/// What a Hyper-V row returns.
-#[derive(Clone, Copy)]
-enum HvOut {
-    /// ns through `Scale::ticks_to_ns` (what a caller of the facade gets).
-    Scale,
-    /// The raw 100 ns units.
-    Units,
-    /// ns as `units * 100` (the ratio is an integer: no rounding to fix).
-    Times100,
+    Ok(Row::new(name, move || clock.read_ns()))
 }
 
 /// A thread on CPU 1 that calls `f` in a loop while switched on, and parks

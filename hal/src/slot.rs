@@ -282,6 +282,26 @@ impl MapSlot {
         })
     }
 
+    /// The whole fast read on this slot, the CPU's own:
+    /// [`read_cached`](Self::read_cached), `unordered` applied to a reading
+    /// the source does not order across CPUs (a global clamp), and this
+    /// slot's floor raised with `local` (the OS's CPU-local max). The slot
+    /// address is computed once, before the TSC read, so nothing is
+    /// recomputed on the path after it. `None`: take the slow path.
+    #[inline(always)]
+    pub fn read_raised(
+        &self,
+        epoch: u32,
+        tag: impl FnOnce() -> Option<u32>,
+        tsc: impl FnOnce() -> u64,
+        unordered: impl FnOnce(u64) -> u64,
+        local: impl FnOnce(&AtomicU64, u64) -> u64,
+    ) -> Option<u64> {
+        let r = self.read_cached(epoch, tag, tsc)?;
+        let v = if r.ordered { r.ns } else { unordered(r.ns) };
+        Some(local(&self.floor, v))
+    }
+
     /// The largest value this CPU returned; raise it with the OS's
     /// CPU-local max (`Hardware::fetch_max_local` in clockhal-x86), or with
     /// `fetch_max` when the slot is shared.
@@ -364,6 +384,22 @@ impl PerCpuSlots {
         tsc: impl FnOnce() -> u64,
     ) -> Option<CachedRead> {
         self.cache(cpu)?.read_cached(epoch, tag, tsc)
+    }
+
+    /// [`MapSlot::read_raised`] on CPU `cpu`'s slot; `None` (the slow
+    /// path) for a CPU without a slot of its own.
+    #[inline(always)]
+    pub fn read_raised(
+        &self,
+        cpu: usize,
+        epoch: u32,
+        tag: impl FnOnce() -> Option<u32>,
+        tsc: impl FnOnce() -> u64,
+        unordered: impl FnOnce(u64) -> u64,
+        local: impl FnOnce(&AtomicU64, u64) -> u64,
+    ) -> Option<u64> {
+        self.cache(cpu)?
+            .read_raised(epoch, tag, tsc, unordered, local)
     }
 
     /// Raises `slot`'s floor (CPU `cpu`'s, from [`get`](Self::get), `own`

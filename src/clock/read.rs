@@ -69,22 +69,34 @@ impl<H: Hardware + Clone> Clock<H> {
     pub(crate) fn now_ns(&self) -> u64 {
         let st = self.state.load(Acquire);
         let cpu = self.hw.cpu_index();
+        let fixed = self.hw.cpu_index_is_fixed();
         // The TSC right after the two loads everything else is checked
         // against (the source generation and the CPU): the ordered read
         // waits only for them, and the slot's loads overlap with it.
         let t = self.hw.rdtsc_ordered();
         let b = &self.backends;
-        match SourceId::from_index((st & ID_MASK) as usize) {
-            Some(SourceId::Kvmclock) => self.read_mapped(b.kvmclock_mapped(), st, cpu, t),
-            Some(SourceId::HypervPage) => self.read_mapped(b.hyperv_page_mapped(), st, cpu, t),
-            Some(SourceId::Tsc) => self.read_mapped(b.tsc_mapped(), st, cpu, t),
+        // On the index itself: a compare per TSC-based source, no table.
+        const KVMCLOCK: u32 = SourceId::Kvmclock.index() as u32;
+        const HYPERV_PAGE: u32 = SourceId::HypervPage.index() as u32;
+        const TSC: u32 = SourceId::Tsc.index() as u32;
+        match st & ID_MASK {
+            KVMCLOCK => self.read_mapped(b.kvmclock_mapped(), st, cpu, fixed, t),
+            HYPERV_PAGE => self.read_mapped(b.hyperv_page_mapped(), st, cpu, fixed, t),
+            TSC => self.read_mapped(b.tsc_mapped(), st, cpu, fixed, t),
             _ => self.read_device(st, cpu),
         }
     }
 
     /// A TSC-based current source: this CPU's cached map, else the slow path.
     #[inline(always)]
-    fn read_mapped<M: Mapped>(&self, m: Option<&M>, st: u32, cpu: usize, t: u64) -> u64 {
+    fn read_mapped<M: Mapped>(
+        &self,
+        m: Option<&M>,
+        st: u32,
+        cpu: usize,
+        fixed: bool,
+        t: u64,
+    ) -> u64 {
         let Some(m) = m else {
             return self.read_device(st, cpu);
         };
@@ -96,22 +108,22 @@ impl<H: Hardware + Clone> Clock<H> {
         // runs on `cpu` (a kernel that migrates threads mid-read gets a
         // retry), and the source's token.
         let tag = || {
-            if self.state.load(Relaxed) == st && self.hw.cpu_index() == cpu {
+            if self.state.load(Relaxed) == st && (fixed || self.hw.cpu_index() == cpu) {
                 m.tag(cpu)
             } else {
                 None
             }
         };
-        match slot.read_cached(st << 1, tag, || t) {
-            Some(r) => {
-                let v = if r.ordered {
-                    r.ns
-                } else {
-                    self.clamp.clamp(r.ns)
-                };
-                // The slot is this CPU's own: its CPU-local maximum.
-                self.hw.fetch_max_local(slot.floor(), v)
-            }
+        // The slot is this CPU's own: its CPU-local maximum.
+        let read = slot.read_raised(
+            st << 1,
+            tag,
+            || t,
+            |ns| self.clamp.clamp(ns),
+            |cell, v| self.hw.fetch_max_local(cell, v),
+        );
+        match read {
+            Some(v) => v,
             None => self.mapped_slow(m, st, cpu),
         }
     }

@@ -110,43 +110,72 @@ const OWN_SLOTS: usize = if PER_CPU_SLOTS - 1 < 64 {
     63
 };
 
-struct ThreadSlot(usize);
+/// The shared slot of the threads beyond [`OWN_SLOTS`].
+const SHARED_SLOT: usize = PER_CPU_SLOTS - 1;
+/// A thread's [`SLOT`] before its first read.
+const UNCLAIMED: usize = usize::MAX;
 
-impl ThreadSlot {
-    fn claim() -> ThreadSlot {
-        let mut taken = SLOTS_TAKEN.load(Ordering::Relaxed);
-        loop {
-            let free = (!taken).trailing_zeros() as usize;
-            if free >= OWN_SLOTS {
-                return ThreadSlot(PER_CPU_SLOTS - 1);
-            }
-            match SLOTS_TAKEN.compare_exchange_weak(
-                taken,
-                taken | 1 << free,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return ThreadSlot(free),
-                Err(t) => taken = t,
-            }
+/// Claims a free slot index, or the shared one when all are taken.
+fn claim_slot() -> usize {
+    let mut taken = SLOTS_TAKEN.load(Ordering::Relaxed);
+    loop {
+        let free = (!taken).trailing_zeros() as usize;
+        if free >= OWN_SLOTS {
+            return SHARED_SLOT;
+        }
+        match SLOTS_TAKEN.compare_exchange_weak(
+            taken,
+            taken | 1 << free,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return free,
+            Err(t) => taken = t,
         }
     }
 }
 
-impl Drop for ThreadSlot {
+/// Gives the thread's slot back when the thread exits; later reads on it
+/// (from other thread-local destructors) use the shared slot.
+struct SlotRelease;
+
+impl Drop for SlotRelease {
     fn drop(&mut self) {
-        if self.0 < OWN_SLOTS {
-            SLOTS_TAKEN.fetch_and(!(1 << self.0), Ordering::AcqRel);
+        let i = SLOT.with(|s| s.replace(SHARED_SLOT));
+        if i < OWN_SLOTS {
+            SLOTS_TAKEN.fetch_and(!(1 << i), Ordering::AcqRel);
         }
     }
 }
 
 std::thread_local! {
-    static SLOT: ThreadSlot = ThreadSlot::claim();
+    // Const-initialised and without a destructor: a read is one
+    // thread-local load (no lazy-init state); the release is a second
+    // thread-local, registered when the slot is claimed.
+    static SLOT: core::cell::Cell<usize> = const { core::cell::Cell::new(UNCLAIMED) };
+    static RELEASE: SlotRelease = const { SlotRelease };
 }
 
+/// The calling thread's slot index (claimed at its first read).
+#[inline(always)]
 fn thread_slot() -> usize {
-    SLOT.try_with(|s| s.0).unwrap_or(PER_CPU_SLOTS - 1)
+    match SLOT.with(core::cell::Cell::get) {
+        UNCLAIMED => claim_thread_slot(),
+        i => i,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn claim_thread_slot() -> usize {
+    // Registers the release first: a thread that is already exiting (its
+    // destructors running) cannot register one, and takes the shared slot.
+    let i = match RELEASE.try_with(|_| ()) {
+        Ok(()) => claim_slot(),
+        Err(_) => SHARED_SLOT,
+    };
+    SLOT.with(|s| s.set(i));
+    i
 }
 
 impl Hardware for HostedHw {
@@ -210,15 +239,20 @@ impl Hardware for HostedHw {
     fn cpu_index(&self) -> usize {
         thread_slot()
     }
+    /// A thread's index is its own for its whole life.
+    #[inline(always)]
+    fn cpu_index_is_fixed(&self) -> bool {
+        true
+    }
+    /// clockhal calls it only on the calling thread's own slot (the shared
+    /// last slot, of the threads beyond [`PER_CPU_SLOTS`]` - 1`, is raised
+    /// with a locked `fetch_max` by `clockhal_core::PerCpuSlots`): written
+    /// by that thread only, and by its signal handlers, which an unlocked
+    /// `cmpxchg` is atomic against. Like [`Native`]'s, not for a cell
+    /// another thread writes.
     #[inline(always)]
     fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
-        // A thread's own slot is written by that thread only (and its
-        // signal handlers, which an unlocked cmpxchg is atomic against).
-        if thread_slot() < OWN_SLOTS {
-            cpu_local_max(cell, value)
-        } else {
-            cell.fetch_max(value, Ordering::AcqRel).max(value)
-        }
+        cpu_local_max(cell, value)
     }
     fn clock_lease(&self) -> &AtomicBool {
         self.lease
@@ -226,5 +260,57 @@ impl Hardware for HostedHw {
     #[inline(always)]
     fn slot_pool(&self) -> &clockhal_core::SlotPool {
         self.pool
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Barrier, Mutex};
+
+    /// The slots are process-wide: these tests take turns.
+    static SLOTS: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn exited_threads_give_their_slots_back() {
+        // More threads one after another than there are slots: each gets
+        // one of its own, because the one before gave its slot back.
+        let _turn = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        let hw = HostedHw::new();
+        for _ in 0..3 * OWN_SLOTS {
+            let i = std::thread::scope(|s| s.spawn(|| hw.cpu_index()).join().unwrap());
+            assert!(i < OWN_SLOTS, "slot {i}");
+        }
+    }
+
+    #[test]
+    fn threads_beyond_the_own_slots_share_the_last_and_own_ones_are_unique() {
+        let _turn = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+        let hw = HostedHw::new();
+        let n = OWN_SLOTS + 8;
+        let barrier = Barrier::new(n);
+        let mut seen: Vec<usize> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(|| {
+                        let i = hw.cpu_index();
+                        // Stable for the thread's life.
+                        assert_eq!(hw.cpu_index(), i);
+                        assert!(hw.cpu_index_is_fixed());
+                        // Every thread holds its slot until all have one.
+                        barrier.wait();
+                        i
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        seen.sort_unstable();
+        let own: Vec<_> = seen.iter().copied().filter(|&i| i < OWN_SLOTS).collect();
+        let mut unique = own.clone();
+        unique.dedup();
+        assert_eq!(own, unique, "two live threads shared an own slot");
+        assert_eq!(own.len(), OWN_SLOTS);
+        assert_eq!(seen.iter().filter(|&&i| i == SHARED_SLOT).count(), 8);
     }
 }

@@ -169,6 +169,9 @@ impl Hardware for PortTap<'_> {
     fn cpu_index(&self) -> usize {
         self.m.cpu_index()
     }
+    fn cpu_index_is_fixed(&self) -> bool {
+        self.m.cpu_index_is_fixed()
+    }
     fn is_simulated(&self) -> bool {
         true
     }

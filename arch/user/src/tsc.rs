@@ -68,31 +68,41 @@ impl TscRead {
     /// the process): use the method the clock page names, or [`detect`](Self::detect).
     #[inline(always)]
     pub fn read(self) -> u64 {
+        // `rdtscp` inline, tested alone (one compare on every read); the
+        // fenced reads of CPUs without it out of line.
+        if let TscRead::Rdtscp = self {
+            let (lo, hi): (u32, u32);
+            // SAFETY: rdtscp only reads the counter and TSC_AUX into
+            // registers; no memory is touched. Without the `nomem`
+            // option the compiler keeps memory accesses on their side of
+            // the read, as the seqlock needs.
+            unsafe {
+                asm!("rdtscp", out("eax") lo, out("edx") hi, out("ecx") _,
+                    options(nostack, preserves_flags));
+            }
+            ((hi as u64) << 32) | lo as u64
+        } else {
+            self.fenced()
+        }
+    }
+
+    /// `mfence; rdtsc` or `lfence; rdtsc`. Not inlined: a call, like the
+    /// asm, is a compiler barrier for memory accesses.
+    #[cold]
+    #[inline(never)]
+    fn fenced(self) -> u64 {
         let (lo, hi): (u32, u32);
-        match self {
-            TscRead::Rdtscp => {
-                // SAFETY: rdtscp only reads the counter and TSC_AUX into
-                // registers; no memory is touched. Without the `nomem`
-                // option the compiler keeps memory accesses on their side of
-                // the read, as the seqlock needs.
-                unsafe {
-                    asm!("rdtscp", out("eax") lo, out("edx") hi, out("ecx") _,
-                        options(nostack, preserves_flags));
-                }
+        if let TscRead::MfenceRdtsc = self {
+            // SAFETY: a fence and the counter read only.
+            unsafe {
+                asm!("mfence", "rdtsc", out("eax") lo, out("edx") hi,
+                    options(nostack, preserves_flags));
             }
-            TscRead::MfenceRdtsc => {
-                // SAFETY: as above: fences and the counter read only.
-                unsafe {
-                    asm!("mfence", "rdtsc", out("eax") lo, out("edx") hi,
-                        options(nostack, preserves_flags));
-                }
-            }
-            TscRead::LfenceRdtsc => {
-                // SAFETY: as above.
-                unsafe {
-                    asm!("lfence", "rdtsc", out("eax") lo, out("edx") hi,
-                        options(nostack, preserves_flags));
-                }
+        } else {
+            // SAFETY: as above.
+            unsafe {
+                asm!("lfence", "rdtsc", out("eax") lo, out("edx") hi,
+                    options(nostack, preserves_flags));
             }
         }
         ((hi as u64) << 32) | lo as u64

@@ -231,6 +231,17 @@ pub trait Hardware: Sync {
     fn cpu_index(&self) -> usize {
         0
     }
+    /// Whether [`cpu_index`](Self::cpu_index) names the calling CPU for a
+    /// whole clock read by construction: a constant index (one CPU, or an
+    /// OS that gave none) or one per thread (hosted mode). clockhal then
+    /// reads it once per read. With the default, `false`, every read also
+    /// confirms after the TSC read that the index did not change, so an OS
+    /// that migrates a thread mid-read (against the contract above) gets a
+    /// retry or a held value, never another CPU's state.
+    #[inline(always)]
+    fn cpu_index_is_fixed(&self) -> bool {
+        false
+    }
     /// `max(*cell, value)` stored into `cell` and returned, atomically with
     /// respect to everything that may run on the calling CPU meanwhile
     /// (interrupts, NMIs) and to other CPUs that update `cell` the same way.
@@ -339,6 +350,10 @@ impl<T: Hardware + ?Sized> Hardware for &T {
     #[inline(always)]
     fn cpu_index(&self) -> usize {
         (**self).cpu_index()
+    }
+    #[inline(always)]
+    fn cpu_index_is_fixed(&self) -> bool {
+        (**self).cpu_index_is_fixed()
     }
     #[inline(always)]
     fn is_simulated(&self) -> bool {

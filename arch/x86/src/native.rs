@@ -15,6 +15,10 @@ use core::sync::atomic::{AtomicU64, Ordering};
 /// | [`.single_cpu()`](Native::single_cpu) | 0 | unlocked `cmpxchg` (one CPU: interrupts are the only concurrency) |
 /// | [`.with_cpu_index(f)`](Native::with_cpu_index) | `f()` | unlocked `cmpxchg` on the calling CPU's own slot |
 ///
+/// With `with_cpu_index`, a read calls `f` a second time after the TSC read
+/// to confirm that it did not change CPU (see
+/// [`Hardware::cpu_index_is_fixed`]); the two other forms are fixed.
+///
 /// The unlocked form is interrupt-safe and costs about a fifth of a locked
 /// one; it is what makes [`Clock::now`](https://docs.rs/clockhal) as cheap
 /// as a vDSO read. Use it whenever the OS can say which CPU it runs on.
@@ -262,6 +266,13 @@ impl Hardware for Native {
             CpuIndex::Unknown | CpuIndex::Single => 0,
             CpuIndex::Fn(f) => f(),
         }
+    }
+
+    #[inline(always)]
+    fn cpu_index_is_fixed(&self) -> bool {
+        // An OS's function is called again after the TSC read: a kernel
+        // that preempts and migrates a reader is caught, not trusted.
+        !matches!(self.cpu, CpuIndex::Fn(_))
     }
 
     #[inline(always)]

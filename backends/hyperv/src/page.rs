@@ -208,17 +208,22 @@ impl<H: Hardware> HypervPageClock<H> {
     }
 
     /// Reference time in nanoseconds (see the type docs). Bounded.
-    #[inline]
+    #[inline(always)]
     pub fn read_ns(&self) -> u64 {
         let cpu = self.msr.hw.cpu_index();
         let page = self.page.get();
         let sequence = || Some(page.sequence.load(Relaxed));
         let epoch = self.epoch.load(Relaxed);
-        match self
-            .slots()
-            .read_cached(cpu, epoch, sequence, || self.msr.hw.rdtsc_ordered())
-        {
-            Some(r) => self.floor(cpu, r.ordered, r.ns),
+        let read = self.slots().read_raised(
+            cpu,
+            epoch,
+            sequence,
+            || self.msr.hw.rdtsc_ordered(),
+            |ns| self.clamp.clamp(ns),
+            |cell, v| self.msr.hw.fetch_max_local(cell, v),
+        );
+        match read {
+            Some(v) => v,
             None => self.read_slow(cpu),
         }
     }

@@ -379,23 +379,27 @@ impl<H: Hardware> Kvmclock<H> {
     #[inline]
     pub fn read_ns(&self) -> u64 {
         let cpu = self.hw.cpu_index();
-        let area = self.areas.get().get(cpu);
+        let fixed = self.hw.cpu_index_is_fixed();
+        let Some(area) = self.areas.get().get(cpu) else {
+            return self.read_slow(cpu);
+        };
         let epoch = self.epoch.load(Relaxed);
         // The version, and that the reader still runs on `cpu` (a kernel
         // that migrates threads mid-read gets a retry on the new CPU).
         let version = || {
-            let v = area.map(|a| a.version.load(Relaxed));
-            if self.hw.cpu_index() == cpu {
-                v
-            } else {
-                None
-            }
+            let v = area.version.load(Relaxed);
+            (fixed || self.hw.cpu_index() == cpu).then_some(v)
         };
-        match self
-            .slots()
-            .read_cached(cpu, epoch, version, || self.hw.rdtsc_ordered())
-        {
-            Some(r) => self.floor(cpu, r.ordered, r.ns),
+        let read = self.slots().read_raised(
+            cpu,
+            epoch,
+            version,
+            || self.hw.rdtsc_ordered(),
+            |ns| self.clamp.clamp(ns),
+            |cell, v| self.hw.fetch_max_local(cell, v),
+        );
+        match read {
+            Some(v) => v,
             None => self.read_slow(cpu),
         }
     }

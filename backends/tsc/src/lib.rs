@@ -16,7 +16,8 @@ pub use refine::{refined_rate, RefineError, Refinement, REFINED_TARGET_PPM};
 pub use warp::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
 
 use clockhal_core::{
-    ClockSource, Frequency, Migration, Policy, Quality, ReadCost, Scale, SlotSet, Stability, TscMap,
+    ClockSource, Frequency, Migration, PerCpuSlots, Policy, Quality, ReadCost, Scale, SlotSet,
+    Stability, TscMap,
 };
 use clockhal_x86::{cpuid, rdmsr_checked, Hardware, Msr};
 use core::fmt;
@@ -475,12 +476,14 @@ impl<H: Hardware> ClockSource for Tsc<H> {
     /// back cannot make time go back).
     #[inline(always)]
     fn read(&self) -> u64 {
-        let cpu = self.hw.cpu_index();
-        let t = self.hw.rdtsc_ordered();
-        self.hw
+        // The slot before the TSC read: nothing to recompute after it.
+        let (slot, own) = self
+            .hw
             .slot_pool()
             .get(&self.slot_set)
-            .raise(cpu, t, |cell, v| self.hw.fetch_max_local(cell, v))
+            .get(self.hw.cpu_index());
+        let t = self.hw.rdtsc_ordered();
+        PerCpuSlots::raise_in(slot, own, t, |cell, v| self.hw.fetch_max_local(cell, v))
     }
 
     fn frequency(&self) -> Frequency {

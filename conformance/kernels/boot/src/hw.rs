@@ -87,6 +87,11 @@ impl Hardware for BootHw {
     fn cpu_index(&self) -> usize {
         crate::current_cpu()
     }
+    /// No preemption: a read never changes CPU (see below).
+    #[inline(always)]
+    fn cpu_index_is_fixed(&self) -> bool {
+        true
+    }
     /// This crate's kernels never migrate a running read (no preemption;
     /// `cpu_index` is the GS-based index of the executing CPU), so the
     /// per-CPU floors need only interrupt atomicity.
