@@ -36,7 +36,13 @@ use clockhal_core::{ppm, Bracketed, ClockSource, Duration, Scale};
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub struct SelfCheck {
-    /// Reads allowed for the counter to change at all (default 2000).
+    /// Back-to-back reads allowed for the counter to change at all
+    /// (default 2000), else it is demoted as not advancing. Counted in
+    /// reads, not time (no time reference is trusted yet): 2,000 reads of a
+    /// no-trap source take some 40 µs, so an OS-supplied source
+    /// ([`Platform::extra`](crate::Platform::extra)) that counts more slowly
+    /// than that (a 1 kHz tick) needs more reads here. kvmclock is checked
+    /// with exact readings whatever [`Platform::clamp_granule`](crate::Platform::clamp_granule) says.
     pub advance_reads: u32,
     /// Consecutive reads that must not decrease (default 16).
     pub monotonic_reads: u32,

@@ -157,6 +157,10 @@ pub enum LapicError {
         /// Over this many ns of the clock.
         elapsed_ns: u64,
     },
+    /// The clock switched source (or rebased) during every one of
+    /// [`CALIBRATION_ATTEMPTS`] measurements: a switch moves the timeline by
+    /// up to a margin the bound could not state.
+    SourceSwitched,
 }
 
 impl fmt::Display for LapicError {
@@ -171,6 +175,10 @@ impl fmt::Display for LapicError {
             LapicError::Implausible { counts, elapsed_ns } => write!(
                 f,
                 "APIC timer counted {counts} in {elapsed_ns} ns: not a plausible rate"
+            ),
+            LapicError::SourceSwitched => write!(
+                f,
+                "the clock switched source during each of {CALIBRATION_ATTEMPTS} calibrations"
             ),
         }
     }
@@ -223,6 +231,9 @@ pub fn stated_rate<H: Hardware>(hw: &H) -> Option<LapicRate> {
 
 /// Bracketed samples per end of a calibration; the narrowest is used.
 const SAMPLE_TRIES: u32 = 16;
+/// Measurements [`Clock::calibrate_lapic`] makes at most: one more after
+/// each that a source switch spoiled.
+pub const CALIBRATION_ATTEMPTS: u32 = 3;
 /// A bracket this narrow (ns) is taken at once.
 const GOOD_ENOUGH_NS: u64 = 100;
 
@@ -254,6 +265,12 @@ impl<H: Hardware + Clone> Clock<H> {
     /// (less if the count falls below a quarter of the first sample's),
     /// samples again, and divides. 10 ms give a few ppm on a TSC-based clock; a
     /// trapping clock (HPET, PM timer) needs longer for the same bound.
+    ///
+    /// A source switch during the measurement (another CPU's watchdog tick)
+    /// would put the switch's margin into the interval: that measurement is
+    /// dropped and made again (the timer restarted), up to
+    /// [`CALIBRATION_ATTEMPTS`] in all, so the bound and the source named
+    /// hold for the one that is returned.
     ///
     /// The result is relative to the clock; its
     /// [`Calibrated`](LapicRateOrigin::Calibrated) origin says against
@@ -289,6 +306,23 @@ impl<H: Hardware + Clone> Clock<H> {
         mut read: impl FnMut() -> u32,
         budget: Duration,
     ) -> Result<LapicRate, LapicError> {
+        for _ in 0..CALIBRATION_ATTEMPTS {
+            let switches = self.switches();
+            let r = self.calibrate_lapic_once(&mut start, &mut read, budget);
+            if self.switches() == switches {
+                return r;
+            }
+        }
+        Err(LapicError::SourceSwitched)
+    }
+
+    /// One measurement of [`calibrate_lapic`](Self::calibrate_lapic).
+    fn calibrate_lapic_once(
+        &self,
+        start: &mut impl FnMut(u32),
+        read: &mut impl FnMut() -> u32,
+        budget: Duration,
+    ) -> Result<LapicRate, LapicError> {
         let against = self.source_name();
         start(u32::MAX);
         let sample = |read: &mut dyn FnMut() -> u32| {
@@ -301,12 +335,12 @@ impl<H: Hardware + Clone> Clock<H> {
             )
             .unwrap_or_default()
         };
-        let first = sample(&mut read);
+        let first = sample(read);
         let end = Instant::from_nanos(first.mid()).saturating_add(budget);
         // Ends early with a quarter of the first count left: far from 0.
         let floor = (first.inner / 4) as u32;
         spin_until(|| self.now(), end, || read() > floor).map_err(LapicError::ClockStalled)?;
-        let last = sample(&mut read);
+        let last = sample(read);
         let (c0, c1) = (first.inner as u32, last.inner as u32);
         if c1 >= c0 {
             return Err(LapicError::NotCounting {

@@ -330,7 +330,9 @@ impl<'a> Platform<'a> {
     /// Readings through the clamp then advance in steps of the granule; the
     /// ordering guarantee is unchanged (never earlier than any reading
     /// returned before, on any CPU). Sources that order their own readings
-    /// are not affected. Applies to the facade's clamp and kvmclock's.
+    /// are not affected. Applies to the facade's clamp and kvmclock's
+    /// (from the end of the probe: its self-check reads kvmclock exactly, so
+    /// a coarse granule cannot make the counter look stuck).
     ///
     /// ```
     /// use clockhal::{ClampGranule, Platform};

@@ -321,3 +321,105 @@ fn the_calibration_bound_covers_the_clock_resolution() {
         );
     }
 }
+
+/// Calibrates a stand-in 1.5 MHz timer on kvmclock while another thread
+/// switches the source `switches` times, each during a measurement (after
+/// its first 1,000 timer reads): the error, the stated bound, the source
+/// named, and how many measurements were made. The reader waits for each
+/// switch to finish, so the timing is deterministic.
+fn calibrate_during_switches(switches: u32) -> (Result<(f64, u32, &'static str), LapicError>, u32) {
+    use clockhal::SourceId;
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    let m = SimMachine::kvm();
+    let p = Platform::new()
+        .pvclock_areas(m.alloc_pvclock_areas(1))
+        .hpet_region(m.hpet_region().unwrap());
+    let clock = clockhal::probe(&m, p).into_clock().unwrap();
+    assert_eq!(clock.source_id(), SourceId::Kvmclock);
+    let reads = AtomicU32::new(0);
+    let asked = AtomicU32::new(0);
+    let done = AtomicU32::new(0);
+    let starts = Cell::new(0u32);
+    let result = std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..switches {
+                while asked.load(SeqCst) <= i {
+                    std::hint::spin_loop();
+                }
+                let to = if i % 2 == 0 {
+                    SourceId::Tsc
+                } else {
+                    SourceId::Kvmclock
+                };
+                clock.force(to).unwrap();
+                done.store(i + 1, SeqCst);
+            }
+        });
+        let started = Cell::new((0u64, 0u32));
+        let start = |initial| {
+            starts.set(starts.get() + 1);
+            reads.store(0, SeqCst);
+            started.set((m.now_ns(), initial));
+        };
+        let read = || {
+            if reads.fetch_add(1, SeqCst) == 999 && starts.get() <= switches {
+                let i = starts.get();
+                asked.store(i, SeqCst);
+                while done.load(SeqCst) < i {
+                    std::hint::spin_loop();
+                }
+            }
+            let (at, initial) = started.get();
+            initial.saturating_sub(((m.now_ns() - at) * 3 / 2_000) as u32)
+        };
+        let r = clock.calibrate_lapic(start, read, Duration::from_millis(2));
+        // Let the switcher finish if the calibration gave up early.
+        asked.store(switches, SeqCst);
+        r
+    });
+    let r = result.map(|rate| {
+        let LapicRateOrigin::Calibrated {
+            against,
+            uncertainty_ppm,
+        } = rate.origin
+        else {
+            panic!("{rate}")
+        };
+        let f = rate.frequency;
+        let hz = f.numerator() as f64 / f.denominator() as f64;
+        (
+            (hz - 1_500_000.0).abs() / 1_500_000.0 * 1e6,
+            uncertainty_ppm,
+            against,
+        )
+    });
+    (r, starts.get())
+}
+
+/// Found by red-team round 6: a switch between the two samples put the
+/// switch margin into the interval (677 ppm off, "±339 ppm against
+/// kvmclock", the second sample on the TSC). Now the spoiled measurement is
+/// made again, and the bound holds for the one returned.
+#[test]
+fn a_source_switch_during_a_calibration_is_measured_again() {
+    let (r, starts) = calibrate_during_switches(0);
+    let (err, bound, against) = r.unwrap();
+    assert!(err <= bound as f64, "no switch: {err:.1} > ±{bound}");
+    assert_eq!((starts, against), (1, "kvmclock"));
+
+    let (r, starts) = calibrate_during_switches(1);
+    let (err, bound, against) = r.unwrap();
+    assert!(
+        err <= bound as f64,
+        "one switch: {err:.1} ppm > ±{bound} ({against})"
+    );
+    assert_eq!((starts, against), (2, "tsc"));
+
+    // A switch in every attempt: a clear error, after a bounded number.
+    let (r, starts) = calibrate_during_switches(lapic::CALIBRATION_ATTEMPTS);
+    assert_eq!(r, Err(LapicError::SourceSwitched));
+    assert_eq!(starts, lapic::CALIBRATION_ATTEMPTS);
+    assert!(LapicError::SourceSwitched
+        .to_string()
+        .contains("switched source"));
+}

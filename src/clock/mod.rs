@@ -417,7 +417,9 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// How many times the clock switched source (or rebased) at run time.
     pub fn switches(&self) -> u32 {
-        self.switches.load(Ordering::Relaxed)
+        // Acquire: a caller that sees the count unchanged around a
+        // measurement saw no switch's timeline in it.
+        self.switches.load(Ordering::Acquire)
     }
 
     /// The candidate list as of now: the probe's verdicts plus run-time

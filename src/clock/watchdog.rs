@@ -561,7 +561,7 @@ impl<H: Hardware + Clone> Clock<H> {
             // independent counter say.
             let start = self.trusted_now(st).saturating_add(SWITCH_MARGIN_NS);
             self.start_source(to, start);
-            self.switches.fetch_add(1, Ordering::Relaxed);
+            self.switches.fetch_add(1, Ordering::Release);
         } else {
             // Drift, a stop, host faults: the old source's reading now is
             // off by what accumulated since the last round at most, and
@@ -631,6 +631,6 @@ impl<H: Hardware + Clone> Clock<H> {
         let old = self.now_ns();
         let start = old.max(self.high_water()).saturating_add(SWITCH_MARGIN_NS);
         self.start_source(to, start);
-        self.switches.fetch_add(1, Ordering::Relaxed);
+        self.switches.fetch_add(1, Ordering::Release);
     }
 }

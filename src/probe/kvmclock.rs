@@ -24,9 +24,11 @@ mod enabled {
                 cx.reject(id, Rejection::NotConfigured(why));
                 return None;
             };
-            let mut config = KvmclockConfig::new(areas)
-                .with_bounds(cx.platform.update_bounds)
-                .with_clamp_granule(cx.platform.clamp_granule);
+            // Exact readings for the probe's self-check (a coarse clamp
+            // stands still for a granule: 2,000 reads may not see it move);
+            // the platform's granule applies once the probe has checked it
+            // (`Backend::after_self_check`).
+            let mut config = KvmclockConfig::new(areas).with_bounds(cx.platform.update_bounds);
             if let Some(w) = cx.platform.pvclock_wall_clock {
                 config = config.with_wall_clock(w);
             }
@@ -94,6 +96,9 @@ mod enabled {
         }
         fn tick(&self) {
             self.check_stable_agreement();
+        }
+        fn after_self_check(&mut self, platform: &crate::Platform<'_>) {
+            self.set_clamp_granule(platform.clamp_granule);
         }
         fn register_this_cpu(&self) -> Result<(), CpuError> {
             Kvmclock::register_this_cpu(self).map_err(CpuError::Kvmclock)

@@ -326,6 +326,14 @@ impl<H: Hardware> Kvmclock<H> {
         self.registry.is_registered(cpu)
     }
 
+    /// Changes the resolution of the clamp path
+    /// ([`KvmclockConfig::clamp_granule`]); readings stay at least every
+    /// value returned before. For an owner that first checks the counter
+    /// with exact readings (clockhal's probe does).
+    pub fn set_clamp_granule(&mut self, granule: ClampGranule) {
+        self.clamp.set_granule(granule);
+    }
+
     /// Stops the host from updating the calling CPU's area (call on each AP
     /// before the memory is reused). Later reads on this CPU return the held
     /// value (and count as unregistered) until it registers again.

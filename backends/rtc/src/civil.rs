@@ -16,17 +16,19 @@ pub(crate) const fn days_in_month(year: u32, month: u8) -> u8 {
     }
 }
 
-/// Days from 1970-01-01 to `year-month-day`, for a valid date in 1970 or
-/// later.
+/// Days from 1970-01-01 to `year-month-day`, negative before it. Total:
+/// a month or day out of range counts on as if the calendar continued
+/// (day 0 is the last day of the month before, month 13 the next January),
+/// never an overflow.
 ///
 /// Counts in years that start on March 1 (so the leap day ends the year)
 /// and in 400-year eras of 146,097 days; the day of the year follows from
 /// the month by the 153-days-per-5-months rule (Mar–Jul, Aug–Dec).
-pub(crate) const fn days_from_civil(year: u32, month: u8, day: u8) -> u64 {
-    let (y, m, d) = (year as u64, month as u64, day as u64);
+pub(crate) const fn days_from_civil(year: u32, month: u8, day: u8) -> i64 {
+    let (y, m, d) = (year as i64, month as i64, day as i64);
     let y = if m <= 2 { y - 1 } else { y };
-    let era = y / 400;
-    let yoe = y - era * 400;
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
     let mp = if m > 2 { m - 3 } else { m + 9 };
     let doy = (153 * mp + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
@@ -53,8 +55,18 @@ mod tests {
             (2100, 2, 28, 47_540),
             (2100, 3, 1, 47_541),
             (9999, 12, 31, 2_932_896),
+            (1969, 12, 31, -1),
+            (1900, 3, 1, -25_508),
+            (0, 1, 1, -719_528),
+            // Out of range: the calendar continues.
+            (2026, 3, 0, 20_512),
+            (2026, 13, 1, 20_819),
         ] {
             assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
+        }
+        // No overflow anywhere in the domain.
+        for (y, m, d) in [(0, 0, 0), (u32::MAX, u8::MAX, u8::MAX), (0, u8::MAX, 0)] {
+            let _ = days_from_civil(y, m, d);
         }
     }
 

@@ -86,12 +86,20 @@ pub struct RtcTime {
 
 impl RtcTime {
     /// Seconds since 1970-01-01 00:00:00 UTC (leap seconds, which the RTC
-    /// does not know either, not counted).
+    /// does not know either, not counted); 0 for a time before 1970. The
+    /// fields are public, so any values are taken: a day, month or hour out
+    /// of range counts on as if the calendar continued (day 0 is the last
+    /// day of the month before), never a panic. [`Rtc`](crate::Rtc) only
+    /// returns validated times.
     pub fn unix_seconds(&self) -> u64 {
-        civil::days_from_civil(self.year as u32, self.month, self.day) * 86_400
-            + self.hour as u64 * 3_600
-            + self.minute as u64 * 60
-            + self.second as u64
+        let days = civil::days_from_civil(self.year as u32, self.month, self.day);
+        let s =
+            days * 86_400 + self.hour as i64 * 3_600 + self.minute as i64 * 60 + self.second as i64;
+        if s < 0 {
+            0
+        } else {
+            s as u64
+        }
     }
 }
 
