@@ -26,8 +26,11 @@ fn a_constant_index_is_fixed_and_an_os_function_is_rechecked() {
     assert_eq!(smp.cpu_index(), 3);
     assert!(CALLS.load(Ordering::Relaxed) >= 1);
     // Forwarded through a reference.
-    assert!(!(&smp).cpu_index_is_fixed());
-    assert!((&one).cpu_index_is_fixed());
+    fn fixed(hw: impl Hardware) -> bool {
+        hw.cpu_index_is_fixed()
+    }
+    assert!(!fixed(&smp));
+    assert!(fixed(&one));
 }
 
 #[test]
