@@ -29,8 +29,9 @@ fn a_constant_index_is_fixed_and_an_os_function_is_rechecked() {
     fn fixed(hw: impl Hardware) -> bool {
         hw.cpu_index_is_fixed()
     }
-    assert!(!fixed(&smp));
-    assert!(fixed(&one));
+    let (smp_ref, one_ref): (&Native, &Native) = (&smp, &one);
+    assert!(!fixed(smp_ref));
+    assert!(fixed(one_ref));
 }
 
 #[test]
