@@ -330,9 +330,11 @@ impl<'a> Platform<'a> {
     /// Readings through the clamp then advance in steps of the granule; the
     /// ordering guarantee is unchanged (never earlier than any reading
     /// returned before, on any CPU). Sources that order their own readings
-    /// are not affected. Applies to the facade's clamp and kvmclock's
-    /// (from the end of the probe: its self-check reads kvmclock exactly, so
-    /// a coarse granule cannot make the counter look stuck).
+    /// are not affected. Applies to [`Clock::now`](crate::Clock::now)
+    /// (the facade's clamp); the sources' own reads, through which the
+    /// probe's self-check and the watchdog measure them, stay exact, so a
+    /// coarse granule can neither make a counter look stuck nor its rate
+    /// look off.
     ///
     /// ```
     /// use clockhal::{ClampGranule, Platform};

@@ -123,12 +123,6 @@ impl<C: Cell64> MonotonicClamp<C> {
         self.granule
     }
 
-    /// Changes the granule, keeping the record: results stay at least
-    /// everything returned before.
-    pub fn set_granule(&mut self, granule: ClampGranule) {
-        self.granule = granule;
-    }
-
     /// `max(value, largest value returned so far)`, recording it; `value`
     /// rounded down to the granule first (so that readers inside one
     /// granule find nothing to publish).

@@ -671,16 +671,25 @@ impl<H: Hardware + Clone> Clock<H> {
     pub fn resume(&self) -> Result<(), CpuError> {
         self.backends.each(|b| b.resume_machine());
         let r = self.resume_this_cpu();
-        let _guard = self.watchdog.lock();
+        let mut st = self.watchdog.lock();
         let start = self.high_water().saturating_add(SWITCH_MARGIN_NS);
         self.page_restored.store(true, Ordering::Release);
         self.start_source(self.source_id(), start);
+        // A rebase, counted like a switch (a measurement spanning it, like
+        // `calibrate_lapic`'s, sees the count change).
+        self.switches.fetch_add(1, Ordering::Release);
+        self.forgive_host_faults(&mut st);
         self.restart.store(true, Ordering::Release);
         r
     }
 
     /// After a restore, on each application processor: re-registers its
     /// kvmclock area with the restored host.
+    ///
+    /// Until the last CPU has resumed, reads on CPUs that have not may find
+    /// their area discontinuous with the restored host's timeline (and are
+    /// not used): such findings up to this call are the restore's, not a
+    /// faulty host's, and do not demote the source.
     pub fn resume_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         self.backends.each(|b| {
@@ -689,6 +698,7 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         });
         self.follow_backend_epochs();
+        self.forgive_host_faults(&mut self.watchdog.lock());
         first
     }
 

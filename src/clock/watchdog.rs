@@ -492,11 +492,15 @@ impl<H: Hardware + Clone> Clock<H> {
         st.anchor = anchor;
     }
 
-    /// Demotes sources whose backend counted implausible host updates since
-    /// the last tick ("one bad value": it was not used, but a source that
-    /// produces them is not trusted further). Returns the switch event if
-    /// the current source was one.
-    fn judge_host_faults(&self, st: &mut State) -> Option<WatchdogEvent> {
+    /// Each backend's running count of implausible host updates, with the
+    /// source it counts against (its first: the TSC-based one), `k` of them.
+    fn host_fault_counts(
+        &self,
+    ) -> (
+        [u64; MAX_CANDIDATES],
+        [Option<SourceId>; MAX_CANDIDATES],
+        usize,
+    ) {
         let mut counts = [0u64; MAX_CANDIDATES];
         let mut owners = [None; MAX_CANDIDATES];
         let mut k = 0;
@@ -504,7 +508,6 @@ impl<H: Hardware + Clone> Clock<H> {
             let mut s: crate::check::Sources<'_> = [None; MAX_CANDIDATES];
             b.sources(&mut s);
             let f = b.host_faults();
-            // A backend's faults count against its TSC-based source.
             if let Some(i) = s.iter().position(Option::is_some) {
                 if k < MAX_CANDIDATES {
                     counts[k] = f;
@@ -513,6 +516,27 @@ impl<H: Hardware + Clone> Clock<H> {
                 }
             }
         });
+        (counts, owners, k)
+    }
+
+    /// Takes the host-fault counts as they stand as seen: after a restore,
+    /// what reads between the host's restore and the CPUs' `resume` found
+    /// discontinuous was the restore itself, not a faulty host.
+    pub(crate) fn forgive_host_faults(&self, st: &mut State) {
+        let (counts, owners, k) = self.host_fault_counts();
+        for (f, id) in counts.iter().zip(owners).take(k) {
+            if let Some(id) = id {
+                st.faults_seen[id.index()] = *f;
+            }
+        }
+    }
+
+    /// Demotes sources whose backend counted implausible host updates since
+    /// the last tick ("one bad value": it was not used, but a source that
+    /// produces them is not trusted further). Returns the switch event if
+    /// the current source was one.
+    fn judge_host_faults(&self, st: &mut State) -> Option<WatchdogEvent> {
+        let (counts, owners, k) = self.host_fault_counts();
         let mut event = None;
         for (f, id) in counts.iter().zip(owners).take(k) {
             let Some(id) = id else { continue };

@@ -24,10 +24,11 @@ mod enabled {
                 cx.reject(id, Rejection::NotConfigured(why));
                 return None;
             };
-            // Exact readings for the probe's self-check (a coarse clamp
-            // stands still for a granule: 2,000 reads may not see it move);
-            // the platform's granule applies once the probe has checked it
-            // (`Backend::after_self_check`).
+            // kvmclock's own reads stay exact: the probe's self-check and
+            // the watchdog measure the counter through them (a coarse clamp
+            // stands still for a granule: 2,000 reads may not see it move,
+            // and 2^20 ns in a 250 ms round is 4,000 ppm of "drift"). The
+            // platform's granule is the facade's clamp's, on `now()`.
             let mut config = KvmclockConfig::new(areas).with_bounds(cx.platform.update_bounds);
             if let Some(w) = cx.platform.pvclock_wall_clock {
                 config = config.with_wall_clock(w);
@@ -96,9 +97,6 @@ mod enabled {
         }
         fn tick(&self) {
             self.check_stable_agreement();
-        }
-        fn after_self_check(&mut self, platform: &crate::Platform<'_>) {
-            self.set_clamp_granule(platform.clamp_granule);
         }
         fn register_this_cpu(&self) -> Result<(), CpuError> {
             Kvmclock::register_this_cpu(self).map_err(CpuError::Kvmclock)

@@ -107,11 +107,6 @@ pub(crate) trait Backend {
     /// The watchdog's periodic self-check (e.g. kvmclock's stable-bit
     /// agreement across CPUs).
     fn tick(&self) {}
-    /// The probe's self-check is done: settings that would have hidden
-    /// the counter from it apply from now on (kvmclock's clamp granule).
-    fn after_self_check(&mut self, platform: &Platform<'_>) {
-        let _ = platform;
-    }
     /// Per-CPU setup on an application processor.
     fn register_this_cpu(&self) -> Result<(), crate::CpuError> {
         Ok(())
@@ -468,7 +463,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
         cx.usable(SourceId::Extra, e, Note::None);
     }
     let acpi = cx.acpi;
-    let mut backends = Backends {
+    let backends = Backends {
         kvmclock,
         hyperv,
         tsc,
@@ -480,9 +475,6 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
         lease,
     };
     crate::finish(&mut report, &backends.sources(), &platform.self_check);
-    if let Some(k) = backends.kvmclock.as_mut() {
-        Backend::after_self_check(k, &platform);
-    }
     Probed {
         backends,
         hw,

@@ -6,10 +6,14 @@
 //! calling thread's: up to 63 threads at a time get a slot of their own
 //! (lock-free, like a kernel's per-CPU one), further ones share one updated
 //! with locked instructions. A thread's slot is released when it exits.
+//! Reads are async-signal-safe, a thread's first included (it claims the
+//! slot with atomics and one `pthread_setspecific`, no allocation): signal
+//! handlers are a thread's interrupts here.
 
 use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability, PER_CPU_SLOTS};
 use clockhal_x86::{cpu_local_max, CpuidResult, Hardware, MmioRegion, Msr, Native};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// The host's `CLOCK_MONOTONIC_RAW` (not slewed by NTP) as a 1 GHz source.
 #[derive(Clone, Copy, Debug, Default)]
@@ -91,6 +95,7 @@ impl Default for HostedHw {
 impl HostedHw {
     /// The process's hardware.
     pub fn new() -> HostedHw {
+        init_release_key();
         HostedHw {
             native: Native::hosted(),
             // One flag per hosted machine (a few bytes per probe, for the
@@ -135,46 +140,88 @@ fn claim_slot() -> usize {
     }
 }
 
-/// Gives the thread's slot back when the thread exits; later reads on it
-/// (from other thread-local destructors) use the shared slot.
-struct SlotRelease;
+/// The process-wide pthread key whose destructor gives an exiting thread's
+/// slot back (`None` if the key could not be created: then every thread
+/// shares the last slot). A pthread key, not a Rust thread-local with a
+/// destructor: glibc registers those with `__cxa_thread_atexit_impl`,
+/// which allocates, and a thread's first read may come from a signal
+/// handler that interrupted `malloc` (a deadlock). Setting a key's value
+/// takes no lock and, for the first 32 keys of a process, allocates nothing.
+static RELEASE_KEY: OnceLock<Option<libc::pthread_key_t>> = OnceLock::new();
 
-impl Drop for SlotRelease {
-    fn drop(&mut self) {
-        let i = SLOT.with(|s| s.replace(SHARED_SLOT));
-        if i < OWN_SLOTS {
-            SLOTS_TAKEN.fetch_and(!(1 << i), Ordering::AcqRel);
-        }
+/// Creates [`RELEASE_KEY`] (from [`HostedHw::new`]: never in a signal
+/// handler, and before any read, which needs a `HostedHw`).
+fn init_release_key() {
+    RELEASE_KEY.get_or_init(|| {
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: `key` is a valid place for the new key; the destructor is
+        // an `extern "C"` function that never unwinds.
+        let created = unsafe { libc::pthread_key_create(&mut key, Some(release_slot)) };
+        (created == 0).then_some(key)
+    });
+}
+
+/// The key's destructor: the exiting thread's value is its slot + 1.
+/// Later reads on the thread (from other destructors) use the shared slot.
+extern "C" fn release_slot(value: *mut libc::c_void) {
+    SLOT.with(|s| s.store(SHARED_SLOT, Ordering::Relaxed));
+    let i = (value as usize).wrapping_sub(1);
+    if i < OWN_SLOTS {
+        SLOTS_TAKEN.fetch_and(!(1 << i), Ordering::AcqRel);
     }
 }
 
 std::thread_local! {
     // Const-initialised and without a destructor: a read is one
-    // thread-local load (no lazy-init state); the release is a second
-    // thread-local, registered when the slot is claimed.
-    static SLOT: core::cell::Cell<usize> = const { core::cell::Cell::new(UNCLAIMED) };
-    static RELEASE: SlotRelease = const { SlotRelease };
+    // thread-local load (no lazy-init state), possible at any time of the
+    // thread's life, destructors included. Atomic only so that a signal
+    // handler that interrupts the claim cannot claim a second slot.
+    static SLOT: AtomicUsize = const { AtomicUsize::new(UNCLAIMED) };
 }
 
 /// The calling thread's slot index (claimed at its first read).
 #[inline(always)]
 fn thread_slot() -> usize {
-    match SLOT.with(core::cell::Cell::get) {
+    match SLOT.with(|s| s.load(Ordering::Relaxed)) {
         UNCLAIMED => claim_thread_slot(),
         i => i,
     }
 }
 
+/// The first read of a thread: async-signal-safe (atomics and one
+/// `pthread_setspecific`), so it may be a signal handler's.
 #[cold]
 #[inline(never)]
 fn claim_thread_slot() -> usize {
-    // Registers the release first: a thread that is already exiting (its
-    // destructors running) cannot register one, and takes the shared slot.
-    let i = match RELEASE.try_with(|_| ()) {
-        Ok(()) => claim_slot(),
-        Err(_) => SHARED_SLOT,
+    let key = RELEASE_KEY.get().copied().flatten();
+    let i = if key.is_some() {
+        claim_slot()
+    } else {
+        SHARED_SLOT
     };
-    SLOT.with(|s| s.set(i));
+    let give_back = |i: usize| {
+        if i < OWN_SLOTS {
+            SLOTS_TAKEN.fetch_and(!(1 << i), Ordering::AcqRel);
+        }
+    };
+    // A handler that interrupted this claim and claimed first wins.
+    if let Err(winner) =
+        SLOT.with(|s| s.compare_exchange(UNCLAIMED, i, Ordering::Relaxed, Ordering::Relaxed))
+    {
+        give_back(i);
+        return winner;
+    }
+    if let (Some(key), true) = (key, i < OWN_SLOTS) {
+        // SAFETY: `key` was created by `init_release_key` and is never
+        // deleted; the value is an integer, never dereferenced.
+        let set = unsafe { libc::pthread_setspecific(key, (i + 1) as *const libc::c_void) };
+        if set != 0 {
+            // No release at exit: not a slot of its own, then.
+            SLOT.with(|s| s.store(SHARED_SLOT, Ordering::Relaxed));
+            give_back(i);
+            return SHARED_SLOT;
+        }
+    }
     i
 }
 

@@ -77,6 +77,10 @@ pub struct KvmclockConfig {
     /// line from being written by every read; readings then advance in
     /// steps of the granule, still never earlier than any returned before
     /// on any CPU. Readings with a trusted stable bit are not affected.
+    /// Whoever measures this clock's rate or progress through its reads
+    /// (a self-check, a watchdog) sees the granule: 2^20 ns in a 250 ms
+    /// interval is 4,000 ppm. clockhal's facade leaves its kvmclock exact
+    /// and coarsens its own clamp instead (`Platform::clamp_granule`).
     pub clamp_granule: ClampGranule,
 }
 
@@ -324,14 +328,6 @@ impl<H: Hardware> Kvmclock<H> {
     /// Whether CPU `cpu`'s area is registered (reads there are served).
     pub fn is_registered(&self, cpu: usize) -> bool {
         self.registry.is_registered(cpu)
-    }
-
-    /// Changes the resolution of the clamp path
-    /// ([`KvmclockConfig::clamp_granule`]); readings stay at least every
-    /// value returned before. For an owner that first checks the counter
-    /// with exact readings (clockhal's probe does).
-    pub fn set_clamp_granule(&mut self, granule: ClampGranule) {
-        self.clamp.set_granule(granule);
     }
 
     /// Stops the host from updating the calling CPU's area (call on each AP
