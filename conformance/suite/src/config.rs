@@ -42,6 +42,13 @@ pub const RATE_INTERVAL: Duration = Duration::from_millis(100);
 pub const RATE_TOLERANCE_PPM: u64 = 1_000;
 /// Largest accepted deviation from the consensus of all sources, in ppm.
 pub const AGREEMENT_TOLERANCE_PPM: u64 = 1_000;
+/// Most the `rate` and `agreement` tolerances widen for a source's
+/// quantization (two of its smallest steps per interval), in ppm: 10%.
+/// Beyond it the interval is too short to tell a wrong frequency from the
+/// source's own steps (a 1 ms step over 20 ms intervals), so both checks
+/// are skipped with the reason and the source counts as unverified for
+/// `selected`, never as passed.
+pub const RATE_QUANTIZATION_LIMIT_PPM: u64 = 100_000;
 /// Longest time the wrap check may spend on one source. A 24-bit ACPI PM
 /// timer wraps every 4.69 s and fits; a 32-bit HPET at 100 MHz (42.9 s) is
 /// skipped with the reason.

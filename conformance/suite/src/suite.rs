@@ -16,8 +16,8 @@ const BRACKET_TRIES: u32 = 3;
 /// One run of the conformance checks over a set of clock sources.
 ///
 /// Give it the sources, a reference to time them against (normally one of
-/// them: a fixed-rate device such as the HPET or the PM timer when the
-/// machine has one), a cycle counter for read costs, and optionally a way to
+/// them, the same object: a fixed-rate device such as the HPET or the PM
+/// timer when the machine has one; it is recognised by identity, not name), a cycle counter for read costs, and optionally a way to
 /// wait, a second-CPU runner and the name of the source the OS selected.
 /// [`run`](Self::run) sends every result to a [`Sink`] and returns the
 /// counts. See the crate docs for a worked example.
@@ -76,7 +76,8 @@ impl<'a> Suite<'a> {
 
     /// The name of the source the OS selected (`None`: it selected nothing),
     /// checked by [`Check::Selected`]. Without this call that check is not
-    /// run.
+    /// run. A name that several different sources carry (the reference
+    /// included) fails that check: it does not say which one was selected.
     pub fn selected(mut self, name: Option<&'a str>) -> Suite<'a> {
         self.selection = Some(name);
         self
@@ -144,13 +145,39 @@ pub(crate) struct Stamp {
     pub at_ns: u64,
 }
 
+/// Whether `a` and `b` are the same source object. Names do not tell
+/// sources apart (two HPET blocks share their backend's name), so this
+/// compares addresses; the name must match too, so that a wrapper holding
+/// another source at its start is not taken for it.
+pub(crate) fn same_source(a: &dyn ClockSource, b: &dyn ClockSource) -> bool {
+    core::ptr::addr_eq(a as *const dyn ClockSource, b as *const dyn ClockSource)
+        && a.name() == b.name()
+}
+
 impl Ctx<'_> {
+    /// Whether `s` is the reference object itself (not merely named like it).
     pub fn is_reference(&self, s: &dyn ClockSource) -> bool {
-        s.name() == self.reference.name()
+        same_source(s, self.reference)
     }
 
     pub fn reference_in_list(&self) -> bool {
         self.sources.iter().any(|s| self.is_reference(*s))
+    }
+
+    /// How many distinct source objects, among the checked ones and the
+    /// reference, are called `name`. Results are keyed by name, so above
+    /// one a name does not say which source it means.
+    pub fn objects_named(&self, name: &str) -> usize {
+        let listed = self
+            .sources
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| {
+                s.name() == name && !self.sources[..*i].iter().any(|t| same_source(*t, **s))
+            })
+            .count();
+        let reference = self.reference.name() == name && !self.reference_in_list();
+        listed + reference as usize
     }
 
     /// Reads `src` between two reference reads, keeping the tightest of a

@@ -1,6 +1,8 @@
 //! The selected source passed everything and is the fastest passing one,
 //! unless the documented ranking ([`clockhal_core::select`]) puts it first
-//! (e.g. migration-safe kvmclock over a slightly cheaper TSC).
+//! (e.g. migration-safe kvmclock over a slightly cheaper TSC). A name
+//! that more than one source object carries (the reference included) fails:
+//! it does not say which one was selected.
 
 use crate::config::MAX_SOURCES;
 use crate::result::{detail, Check, Status, Value};
@@ -49,6 +51,22 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, selected: Option<&str>)
         return;
     };
 
+    let named = ctx.objects_named(name);
+    if named > 1 {
+        // Which of them the OS uses, the name cannot say: none passes.
+        rep.report(
+            None,
+            name,
+            Check::Selected,
+            Status::Fail,
+            Value::None,
+            "cycles",
+            &detail!(
+                "ambiguous: {named} different sources (counting the reference) are named {name}"
+            ),
+        );
+        return;
+    }
     let Some(sel) = ctx.sources.iter().position(|s| s.name() == name) else {
         rep.report(
             None,
