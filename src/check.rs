@@ -22,7 +22,7 @@
 //! last word.
 
 use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
-use clockhal_core::{ppm, Bracketed, ClockSource, Duration, Scale};
+use clockhal_core::{ppm, Bracketed, ClockSource, CounterDomain, Duration, Scale};
 
 /// Tuning for the probe-time self-check.
 ///
@@ -255,13 +255,52 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
             uncertainty_ppm: ppm(half_windows as i128, ref_ns).unsigned_abs(),
         });
     }
-    judge(report, &rel, ids, cfg.rate_tolerance_ppm);
+    let domains = rate_domains(report);
+    judge(report, &rel, &domains, ids, cfg.rate_tolerance_ppm);
+}
+
+/// [`rate_domain`] of every id, by index.
+fn rate_domains(report: &Report) -> [CounterDomain; MAX_CANDIDATES] {
+    core::array::from_fn(|i| {
+        SourceId::from_index(i).map_or(CounterDomain::Other(i as u8), |id| rate_domain(report, id))
+    })
+}
+
+/// The counter domain whose rate `id`'s rate rests on: its own, except a
+/// TSC calibrated (or refined) against another candidate, whose rate is
+/// that candidate's by construction: it cannot vouch for it.
+fn rate_domain(report: &Report, id: SourceId) -> CounterDomain {
+    #[cfg(feature = "tsc")]
+    if let Some(crate::Note::Tsc {
+        rate:
+            clockhal_tsc::RateProvenance::Calibrated { reference, .. }
+            | clockhal_tsc::RateProvenance::Refined { reference, .. },
+        ..
+    }) = report.get(id).map(|c| c.note)
+    {
+        let from = SourceId::ALL
+            .into_iter()
+            .find(|r| *r != id && r.default_name() == reference && report.get(*r).is_some());
+        if let Some(r) = from {
+            return crate::clock::domain(r);
+        }
+    }
+    let _ = report;
+    crate::clock::domain(id)
+}
+
+/// Whether a domain's rate is fixed by its specification (the ACPI PM
+/// timer's 3.579545 MHz, the PIT's 1.193182 MHz), against one a register
+/// claims (the HPET's period): in a two-way disagreement the claim loses.
+fn spec_rate(d: CounterDomain) -> bool {
+    matches!(d, CounterDomain::AcpiPm | CounterDomain::Pit)
 }
 
 /// Demotes the candidates the measurements single out (see module docs).
 fn judge(
     report: &mut Report,
     rel: &[Option<Relative>; MAX_CANDIDATES],
+    domains: &[CounterDomain; MAX_CANDIDATES],
     ranked: &[SourceId],
     tol: u64,
 ) {
@@ -272,7 +311,7 @@ fn judge(
                 .saturating_add(b.uncertainty_ppm)
     };
     let measured = || ranked.iter().filter_map(|id| rel[id.index()]);
-    let dom = |a: &Relative| crate::clock::domain(a.id);
+    let dom = |a: &Relative| domains[a.id.index()];
     // The other counter domains `a` agrees with (a domain counts once).
     let friends = |a: &Relative| {
         let mut seen = [None; MAX_CANDIDATES];
@@ -300,6 +339,38 @@ fn judge(
             demote(report, a, &anchor);
         }
         return;
+    }
+    // Two domains that disagree, one rate fixed by a specification, the
+    // other claimed by the HPET's period register (and anything calibrated
+    // from it): the claim loses.
+    let mut pair = [None; 2];
+    let mut distinct = 0;
+    for a in measured() {
+        if !pair[..distinct.min(2)].contains(&Some(dom(&a))) {
+            if distinct < 2 {
+                pair[distinct] = Some(dom(&a));
+            }
+            distinct += 1;
+        }
+    }
+    if let ([Some(x), Some(y)], 2) = (pair, distinct) {
+        let (claim, spec) = match (x, y) {
+            (CounterDomain::Hpet, d) if spec_rate(d) => (x, y),
+            (d, CounterDomain::Hpet) if spec_rate(d) => (y, x),
+            _ => (x, x),
+        };
+        if claim != spec {
+            if let Some(anchor) = measured().find(|a| dom(a) == spec) {
+                let mut out = [None; MAX_CANDIDATES];
+                for (k, a) in measured().filter(|a| dom(a) == claim).enumerate() {
+                    out[k] = Some(a);
+                }
+                for a in out.into_iter().flatten() {
+                    demote(report, a, &anchor);
+                }
+                return;
+            }
+        }
     }
     // Exactly two measured and they disagree: the estimated rate loses.
     let mut it = measured();
@@ -390,6 +461,16 @@ mod tests {
         r
     }
 
+    fn judge_all(
+        r: &mut Report,
+        rel: &[Option<Relative>; MAX_CANDIDATES],
+        ids: &[SourceId],
+        tol: u64,
+    ) {
+        let d = rate_domains(r);
+        judge(r, rel, &d, ids, tol);
+    }
+
     fn rels(v: &[(SourceId, i64)]) -> [Option<Relative>; MAX_CANDIDATES] {
         let mut out = [None; MAX_CANDIDATES];
         for &(id, p) in v {
@@ -399,11 +480,78 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "tsc")]
+    fn a_tsc_calibrated_against_the_hpet_is_no_second_vote_for_it() {
+        use SourceId::*;
+        // Found by red-team round 8: the HPET's period register claims
+        // 10 MHz for a 100 MHz counter; the TSC calibrated against it is as
+        // wrong, and their two "domains" outvoted the honest PM timer.
+        let ids = [Tsc, Hpet, AcpiPm];
+        let mut r = Report::new();
+        let f = Fixed(Frequency::from_hz(1_000).unwrap());
+        let calibrated = Note::Tsc {
+            rate: clockhal_tsc::RateProvenance::Calibrated {
+                reference: "hpet",
+                uncertainty_ppm: 50,
+            },
+            unusable: None,
+            supervised: true,
+        };
+        r.insert(Candidate::usable(Tsc, &f, calibrated));
+        r.insert(Candidate::usable(Hpet, &f, Note::None));
+        r.insert(Candidate::usable(AcpiPm, &f, Note::None));
+        assert_eq!(rate_domain(&r, Tsc), CounterDomain::Hpet);
+        judge_all(
+            &mut r,
+            &rels(&[(Tsc, 0), (Hpet, 0), (AcpiPm, -900_000)]),
+            &ids,
+            10_000,
+        );
+        // The PM timer's rate is the ACPI specification's: the HPET's
+        // claim, and the TSC calibrated from it, lose.
+        assert!(r.get(AcpiPm).unwrap().is_eligible());
+        for id in [Tsc, Hpet] {
+            assert!(
+                matches!(
+                    r.get(id).unwrap().demotion(),
+                    Some(Demotion::RateDisagrees {
+                        against: AcpiPm,
+                        ..
+                    })
+                ),
+                "{id}: {:?}",
+                r.get(id).unwrap().verdict
+            );
+        }
+    }
+
+    #[test]
+    fn a_register_rate_loses_to_a_specified_one_but_not_to_a_majority() {
+        use SourceId::*;
+        let ids = [Hpet, AcpiPm];
+        let mut r = report(&ids);
+        judge_all(&mut r, &rels(&[(Hpet, 30_000), (AcpiPm, 0)]), &ids, 10_000);
+        assert!(r.get(AcpiPm).unwrap().is_eligible());
+        assert!(!r.get(Hpet).unwrap().is_eligible());
+        // kvmclock sides with the HPET: the majority decides, not the rule.
+        let ids = [Kvmclock, Hpet, AcpiPm];
+        let mut r = report(&ids);
+        judge_all(
+            &mut r,
+            &rels(&[(Kvmclock, 0), (Hpet, 0), (AcpiPm, 30_000)]),
+            &ids,
+            10_000,
+        );
+        assert!(r.get(Hpet).unwrap().is_eligible() && r.get(Kvmclock).unwrap().is_eligible());
+        assert!(!r.get(AcpiPm).unwrap().is_eligible());
+    }
+
+    #[test]
     fn majority_demotes_the_odd_one_out() {
         use SourceId::*;
         let ids = [Kvmclock, Tsc, Hpet, AcpiPm];
         let mut r = report(&ids);
-        judge(
+        judge_all(
             &mut r,
             &rels(&[(Kvmclock, 0), (Tsc, 0), (Hpet, 25_000), (AcpiPm, 40)]),
             &ids,
@@ -428,7 +576,7 @@ mod tests {
         // device counter disagrees: nothing says who is wrong.
         let ids = [Kvmclock, Tsc, Hpet];
         let mut r = report(&ids);
-        judge(
+        judge_all(
             &mut r,
             &rels(&[(Kvmclock, 0), (Tsc, 0), (Hpet, -50_000)]),
             &ids,
@@ -440,7 +588,7 @@ mod tests {
         // A second independent counter siding with the HPET decides.
         let ids = [Kvmclock, Tsc, Hpet, AcpiPm];
         let mut r = report(&ids);
-        judge(
+        judge_all(
             &mut r,
             &rels(&[(Kvmclock, 0), (Tsc, 0), (Hpet, -50_000), (AcpiPm, -50_010)]),
             &ids,
@@ -455,7 +603,7 @@ mod tests {
         use SourceId::*;
         let ids = [Tsc, Hpet];
         let mut r = report(&ids);
-        judge(&mut r, &rels(&[(Tsc, 0), (Hpet, -50_000)]), &ids, 10_000);
+        judge_all(&mut r, &rels(&[(Tsc, 0), (Hpet, -50_000)]), &ids, 10_000);
         // The TSC relative to the HPET: 1 / 0.95 - 1.
         assert_eq!(
             r.get(Tsc).unwrap().demotion(),
@@ -468,7 +616,7 @@ mod tests {
 
         let ids = [Kvmclock, Hpet];
         let mut r = report(&ids);
-        judge(
+        judge_all(
             &mut r,
             &rels(&[(Kvmclock, 0), (Hpet, -50_000)]),
             &ids,
@@ -484,7 +632,7 @@ mod tests {
         let mut r = report(&ids);
         let mut v = rels(&[(Tsc, 0), (Hpet, 0), (AcpiPm, 10_500)]);
         v[AcpiPm.index()].as_mut().unwrap().uncertainty_ppm = 600;
-        judge(&mut r, &v, &ids, 10_000);
+        judge_all(&mut r, &v, &ids, 10_000);
         assert!(r.candidates().all(|c| c.is_eligible()));
     }
 }

@@ -218,8 +218,13 @@ impl MapSlot {
     /// The entry's map if the slot holds one of `epoch` (read consistently),
     /// for a slot used as a shared "last accepted parameters" record.
     pub fn map_of_epoch(&self, epoch: u32) -> Option<TscMap> {
+        self.tagged_map_of_epoch(epoch).map(|(_, m)| m)
+    }
+
+    /// [`map_of_epoch`](Self::map_of_epoch) with the tag it was recorded for.
+    pub fn tagged_map_of_epoch(&self, epoch: u32) -> Option<(u32, TscMap)> {
         match self.load() {
-            Some((seq, e)) if e.epoch == epoch && self.unchanged(seq) => Some(e.map),
+            Some((seq, e)) if e.epoch == epoch && self.unchanged(seq) => Some((e.tag, e.map)),
             _ => None,
         }
     }

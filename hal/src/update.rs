@@ -155,6 +155,17 @@ impl UpdateJudge {
         self.accepted.map_of_epoch(epoch)
     }
 
+    /// The map accepted last in `epoch` if it was accepted for the host's
+    /// token `tag`: for one set of parameters that every CPU reads (the
+    /// Hyper-V page), an update another CPU judged already is taken as it
+    /// was judged, not judged again against this CPU's older map.
+    pub fn accepted_for(&self, tag: u32, epoch: u32) -> Option<TscMap> {
+        match self.accepted.tagged_map_of_epoch(epoch) {
+            Some((t, m)) if t == tag => Some(m),
+            _ => None,
+        }
+    }
+
     /// Judges `new` (`None`: the parameters give no map) at TSC `at`
     /// against `last`, the map it replaces. An accepted or re-anchored map
     /// is recorded as the last accepted one (for `tag`, in `epoch`) and

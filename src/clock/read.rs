@@ -292,7 +292,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// time really passed (then the ceiling moves). A reading that jumps
     /// beyond what the reference explains is a fault of the source: it is
     /// not returned, and the source is demoted.
-    fn plausible(&self, v: u64) -> bool {
+    pub(super) fn plausible(&self, v: u64) -> bool {
         self.plausible_from(v, None)
     }
 

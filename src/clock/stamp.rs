@@ -2,7 +2,7 @@
 //! quanta sell), turned into an [`Instant`] later, off the hot path,
 //! through the current source's validated map.
 
-use super::read::{Mapped, BEFORE_ZERO, ID_MASK};
+use super::read::{Mapped, BEFORE_ZERO, ID_MASK, SWITCHING};
 use super::Clock;
 use crate::SourceId;
 use clockhal_core::{Instant, TscMap};
@@ -128,11 +128,19 @@ impl<H: Hardware + Clone> Clock<H> {
     /// current source's map as validated now. `None` when the current
     /// source is not TSC-based, this CPU has no valid map (an unregistered
     /// kvmclock CPU, a Hyper-V page the host disabled, a rejected update),
-    /// or the source reads below the clock's timeline here.
+    /// the source reads below the clock's timeline here, a switch is in
+    /// progress, or the map's reading now jumps further than the clock's
+    /// reference explains (then the source is demoted, as `now()` would
+    /// demote it).
     pub fn stamp_converter(&self) -> Option<StampConverter> {
         // A switch racing the build is retried a few times (bounded).
         for _ in 0..3 {
             let st = self.state.load(Acquire);
+            if st & SWITCHING != 0 {
+                // `now()` holds during a switch: no map is the clock's.
+                core::hint::spin_loop();
+                continue;
+            }
             let id = SourceId::from_index((st & ID_MASK) as usize)?;
             let cpu = self.hw.cpu_index();
             let b = &self.backends;
@@ -164,7 +172,16 @@ impl<H: Hardware + Clone> Clock<H> {
     ) -> Option<StampConverter> {
         let now = m?.map_now(cpu)?;
         let offset = self.offsets[id.index()].load(Acquire);
-        StampConverter::new(id, now.map.offset_by(offset), now.tsc)
+        let map = now.map.offset_by(offset);
+        // What `now()` would return with this map passes the clock's own
+        // checks first: the backend's judgement alone lets through an
+        // update that jumps further than the reference explains (`now()`
+        // refuses it and demotes the source; so does this).
+        let v = map.apply(now.tsc);
+        if v > BEFORE_ZERO || !self.plausible(v) {
+            return None;
+        }
+        StampConverter::new(id, map, now.tsc)
     }
 }
 

@@ -67,6 +67,15 @@ pub enum WatchdogEvent {
     /// Fewer than two sources to compare: nothing checked (the current
     /// source's counter was still read, so its extension stays fed).
     Inactive,
+    /// The tick ran on a CPU the current source does not serve (a CPU
+    /// whose kvmclock area is not registered): nothing judged, the other
+    /// counters were read (their extensions stay fed). Tick on a CPU the
+    /// current source serves; other members not served here sit the round
+    /// out and are never blamed for it.
+    NotServed {
+        /// The current source.
+        source: SourceId,
+    },
     /// The hypervisor paused the guest: this interval was skipped (the
     /// jump is legitimate), strikes were kept.
     GuestStopped,
@@ -196,6 +205,18 @@ impl<H: Hardware + Clone> Clock<H> {
             });
             n += 1;
         }
+        // What this CPU cannot read (an unregistered kvmclock area holds
+        // its value) is not evidence: it sits the round out.
+        let cpu = self.hw.cpu_index();
+        let served = |id: SourceId| self.backends.serves(id, cpu);
+        if !served(cur) {
+            for id in ids.iter().take(n).flatten() {
+                if let Some(s) = sources[id.index()].filter(|_| served(*id)) {
+                    let _ = s.read();
+                }
+            }
+            return WatchdogEvent::NotServed { source: cur };
+        }
         let Some(cur_m) = ids.iter().position(|i| *i == Some(cur)) else {
             // The current source is demoted (forced): just keep it fed.
             if let Some(s) = self.backends.source(cur) {
@@ -222,7 +243,7 @@ impl<H: Hardware + Clone> Clock<H> {
         // The reference: the best other member that needs no supervision,
         // preferring a counter of another domain than the current one.
         let reference = (0..n)
-            .filter(|&i| i != cur_m)
+            .filter(|&i| i != cur_m && ids[i].is_some_and(served))
             .max_by_key(|&i| {
                 let id = ids[i].unwrap_or(SourceId::Extra);
                 let m = members[i];
@@ -239,7 +260,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(ref_src) = sources[ref_id.index()] else {
             return WatchdogEvent::Inactive;
         };
-        let round = self.take_round(ref_src, reference, &ids[..n], &sources);
+        let round = self.take_round(ref_src, reference, &ids[..n], &sources, &served);
         let j = core.check(&round, reference, cur_m, paused);
         if (restart || paused) && self.supervised() {
             // The tick came (the interval only was skipped): a supervised
@@ -280,6 +301,7 @@ impl<H: Hardware + Clone> Clock<H> {
         ref_index: usize,
         ids: &[Option<SourceId>],
         sources: &crate::check::Sources<'_>,
+        served: &dyn Fn(SourceId) -> bool,
     ) -> Round {
         let mut best: Option<Round> = None;
         for _ in 0..3 {
@@ -289,7 +311,10 @@ impl<H: Hardware + Clone> Clock<H> {
                 if i == ref_index {
                     continue;
                 }
-                r.ticks[i] = id.and_then(|id| sources[id.index()]).map(|s| s.read());
+                r.ticks[i] = id
+                    .filter(|id| served(*id))
+                    .and_then(|id| sources[id.index()])
+                    .map(|s| s.read());
             }
             r.ref_after = reference.read();
             let w = r.ref_after.wrapping_sub(r.ref_before);

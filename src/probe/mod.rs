@@ -53,14 +53,20 @@ pub(crate) struct Cx<'p, 'a, H: Hardware> {
 
 impl<H: Hardware> Cx<'_, '_, H> {
     /// The CPUs that may read the clock: the OS's count, else the MADT's
-    /// enabled processors, else 1.
+    /// enabled processors, else 1 — but 2 (unknown, possibly several:
+    /// nothing is trusted across CPUs untested) when the OS gave ACPI
+    /// tables whose MADT is there but unreadable.
     #[cfg_attr(not(feature = "tsc"), allow(dead_code))]
     pub(crate) fn cpus(&self) -> usize {
         let madt = match &self.acpi {
-            Some(Ok(a)) => a.processors.ok().filter(|n| *n > 0),
+            Some(Ok(a)) => match a.processors {
+                Ok(n) if n > 0 => Some(n as usize),
+                Err(AcpiError::NotFound { .. }) | Ok(_) => None,
+                Err(_) => Some(2),
+            },
             _ => None,
         };
-        self.platform.cpus.or(madt.map(|n| n as usize)).unwrap_or(1)
+        self.platform.cpus.or(madt).unwrap_or(1)
     }
 
     /// A device's ACPI-discovered part, or why it is missing.
@@ -286,6 +292,16 @@ impl<H: Hardware + Clone> Backends<H> {
     #[inline(always)]
     pub(crate) fn tsc_mapped(&self) -> Option<&TscBackend<H>> {
         self.tsc.as_ref()
+    }
+
+    /// Whether `id`'s readings on CPU `cpu` are its own: kvmclock's only
+    /// where the CPU's area is registered (elsewhere it holds).
+    pub(crate) fn serves(&self, id: SourceId, cpu: usize) -> bool {
+        use crate::clock::Mapped;
+        match id {
+            SourceId::Kvmclock => self.kvmclock_mapped().is_none_or(|k| k.serves(cpu)),
+            _ => true,
+        }
     }
 
     /// The TSC is current only under supervision.

@@ -550,8 +550,10 @@ mod madt {
 }
 
 /// Counts the MADT's enabled processors (bounded by the table's length,
-/// at most 64 KiB; an entry whose length is below 2 or runs past the end
-/// is an error, not a loop).
+/// at most 64 KiB). An entry whose length is below 2 or runs past the end
+/// ends the walk: the processors counted before it stand (as Linux keeps
+/// the entries it parsed; firmware pads tables with zeros), an error only
+/// when there were none.
 fn processor_count(mem: &impl PhysMemory, root: &Root) -> Result<u32, AcpiError> {
     const T: &str = "APIC";
     let table = root.find(mem, T, madt::ENTRIES as u32)?;
@@ -562,6 +564,9 @@ fn processor_count(mem: &impl PhysMemory, root: &Root) -> Result<u32, AcpiError>
         table.bytes(mem, T, off, &mut h)?;
         let len = h[1] as usize;
         if len < 2 || off + len > end {
+            if n > 0 {
+                break;
+            }
             return Err(AcpiError::BadLength {
                 table: T,
                 len: table.len,

@@ -275,9 +275,18 @@ impl<H: Hardware> HypervPageClock<H> {
             .map(|(_, e)| e)
             .filter(|e| e.epoch & !SlotEntry::ORDERED == epoch);
         let s = sample(self.page.get(), || self.msr.hw.rdtsc_ordered())?;
-        let map = match cached {
-            Some(e) if e.tag == s.sequence => e.map,
-            _ => {
+        // The page is the partition's: an update another CPU judged already
+        // is taken as judged (its continuity may have rested on an
+        // agreement with TIME_REF_COUNT that this CPU's older map, drifting
+        // at a migrated TSC rate, cannot give).
+        let judged = || self.judge.accepted_for(s.sequence, epoch);
+        let map = match cached
+            .filter(|e| e.tag == s.sequence)
+            .map(|e| e.map)
+            .or_else(judged)
+        {
+            Some(m) => m,
+            None => {
                 // Judged against this CPU's last map, else the last one any
                 // CPU accepted (the page is partition-wide) — unless reads
                 // fell back to TIME_REF_COUNT meanwhile (around a migration,

@@ -1,0 +1,158 @@
+//! What firmware and devices claim about themselves, checked against each
+//! other (found by red-team round 8): an HPET whose period register lies
+//! (or whose counter is slow) must not outvote the ACPI PM timer, whose
+//! rate the specification fixes, through the TSC calibrated against that
+//! HPET (it agrees with it by construction); and a MADT with trailing
+//! padding must not turn four CPUs into one (the TSC would be trusted
+//! across CPUs nobody tested).
+#![cfg(all(feature = "tsc", feature = "hpet", feature = "acpi-pm"))]
+
+use clockhal::{probe, Duration, Platform, SelfCheck, SourceId, Verdict};
+use clockhal_core::Stability;
+use clockhal_sim::{AcpiTablesBuilder, Answer, HpetConfig, PmTimerConfig, SimConfig};
+use clockhal_x86::{acpi, MmioRegion, SliceMemory};
+
+fn no_stated_rate_machine() -> clockhal_sim::SimMachine {
+    // Invariant TSC with no CPUID-stated rate: calibrated against the HPET.
+    SimConfig::cpu(2_000_000_000)
+        .with_invariant_tsc(true)
+        .with_hpet(HpetConfig::qemu()) // really 100 MHz
+        .with_pm_timer(PmTimerConfig::default())
+        .build()
+}
+
+fn probe_q35(m: &clockhal_sim::SimMachine) -> clockhal::Clock<&clockhal_sim::SimMachine> {
+    let img = AcpiTablesBuilder::q35().build();
+    let mem = img.memory();
+    let mut map = |phys: u64, len: usize| Some(MmioRegion::simulated(phys as usize, len));
+    let p = probe(
+        m,
+        Platform::new()
+            .acpi(img.rsdp(), &mem)
+            .hpet_mapper(&mut map)
+            .cpus(1)
+            .self_check(SelfCheck::new().rate_interval(Duration::from_millis(1))),
+    );
+    eprintln!("{}", p.report().table());
+    p.into_clock().expect("a clock")
+}
+
+#[test]
+fn hpet_period_lie_is_not_outvoted_by_the_tsc_it_calibrated() {
+    let m = no_stated_rate_machine();
+    // Capabilities claim a 10 MHz period (10^8 fs, inside the accepted
+    // range); the counter really runs at 100 MHz.
+    m.override_mmio(
+        0xFED0_0000,
+        Some(Answer::Value((100_000_000u64 << 32) | (1 << 13))),
+    );
+    let clock = probe_q35(&m);
+    for _ in 0..8 {
+        m.advance(250_000_000);
+        let _ = clock.watchdog_tick();
+    }
+    let pm = clock.report().get(SourceId::AcpiPm).unwrap().verdict;
+    let t0 = clock.now();
+    m.advance(1_000_000); // 1 ms of machine time
+    let d = clock.elapsed(t0).as_nanos();
+    assert!(
+        !matches!(pm, Verdict::Demoted { .. }),
+        "the honest PM timer was demoted: {pm:?}"
+    );
+    assert!(
+        (900_000..1_100_000).contains(&d),
+        "1 ms of machine time read as {d} ns on {}",
+        clock.source_name()
+    );
+}
+
+#[test]
+fn slow_hpet_counter_is_not_outvoted_by_the_tsc_it_calibrated() {
+    let m = no_stated_rate_machine();
+    m.with_hpet(|h, ctx| h.set_rate_error_ppm(ctx, -30_000)); // HPET 3 % slow
+    let clock = probe_q35(&m);
+    let pm = clock.report().get(SourceId::AcpiPm).unwrap().verdict;
+    let t0 = clock.now();
+    m.advance(100_000_000);
+    let d = clock.elapsed(t0).as_nanos();
+    assert!(
+        !matches!(pm, Verdict::Demoted { .. }),
+        "the honest PM timer was demoted: {pm:?}"
+    );
+    assert!(
+        (99_000_000..101_000_000).contains(&d),
+        "100 ms of machine time read as {d} ns"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 2. A MADT with two bytes of trailing padding: the 4 CPUs it lists are
+//    dropped, the probe counts 1 CPU and trusts the TSC across CPUs.
+// ---------------------------------------------------------------------------
+
+fn sdt(sig: &[u8; 4], body: &[u8]) -> Vec<u8> {
+    let mut t = vec![0u8; 36];
+    t[..4].copy_from_slice(sig);
+    t[4..8].copy_from_slice(&((36 + body.len()) as u32).to_le_bytes());
+    t[8] = 1;
+    t.extend_from_slice(body);
+    let s = t.iter().fold(0u8, |a, &b| a.wrapping_add(b));
+    t[9] = s.wrapping_neg();
+    t
+}
+
+/// RSDP v0 at `base`, an RSDT listing `tables`.
+fn acpi_image(base: u64, tables: &[Vec<u8>]) -> Vec<u8> {
+    let mut img = vec![0u8; 32];
+    img[..8].copy_from_slice(b"RSD PTR ");
+    let rsdt_len = 36 + 4 * tables.len();
+    let mut off = (32 + rsdt_len).next_multiple_of(16);
+    let (mut entries, mut placed) = (vec![], vec![]);
+    for t in tables {
+        entries.extend_from_slice(&((base + off as u64) as u32).to_le_bytes());
+        placed.push((off, t.clone()));
+        off = (off + t.len()).next_multiple_of(16);
+    }
+    let rsdt = sdt(b"RSDT", &entries);
+    img[16..20].copy_from_slice(&((base + 32) as u32).to_le_bytes());
+    let s = img[..20].iter().fold(0u8, |a, &b| a.wrapping_add(b));
+    img[8] = s.wrapping_neg();
+    img.resize(off, 0);
+    img[32..32 + rsdt.len()].copy_from_slice(&rsdt);
+    for (o, t) in placed {
+        img[o..o + t.len()].copy_from_slice(&t);
+    }
+    img
+}
+
+fn madt(four_cpus_then: &[u8]) -> Vec<u8> {
+    let mut body = vec![0u8; 8];
+    body[..4].copy_from_slice(&0xFEE0_0000u32.to_le_bytes());
+    for id in 0..4u8 {
+        body.extend_from_slice(&[0, 8, id, id, 1, 0, 0, 0]); // enabled local APIC
+    }
+    body.extend_from_slice(four_cpus_then);
+    sdt(b"APIC", &body)
+}
+
+#[test]
+fn madt_trailing_padding_does_not_turn_four_cpus_into_one() {
+    let base = 0x10_0000;
+    let padded = acpi_image(base, &[madt(&[0, 0])]);
+    let mem = SliceMemory::new(base, &padded);
+    let found = acpi::discover(&mem, base).unwrap().processors;
+    // 4-CPU machine, invariant TSC with an exact CPUID rate, no warp test,
+    // and an OS that relies on the MADT count (no Platform::cpus call).
+    let m = SimConfig::cpu(2_592_000_000)
+        .with_invariant_tsc(true)
+        .with_tsc_leaf(2, 216, 24_000_000)
+        .with_cpus(4, &[0, 0, 0, 0])
+        .build();
+    let p = probe(&m, Platform::new().acpi(base, &mem));
+    let tsc = *p.report().get(SourceId::Tsc).unwrap();
+    assert!(
+        !tsc.stability().contains(Stability::MONOTONIC_ACROSS_CPUS),
+        "MADT count {found:?}: TSC trusted across 4 untested CPUs: {}",
+        p.report().table()
+    );
+}
