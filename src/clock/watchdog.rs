@@ -162,6 +162,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// idles loses no time. A supervised TSC stays selected only while the
     /// ticks come ([`Platform::supervision_timeout`](crate::Platform::supervision_timeout)).
     ///
+    /// Any CPU may tick; on a CPU the current source does not serve (its
+    /// kvmclock area unregistered) the tick judges nothing
+    /// ([`WatchdogEvent::NotServed`]), and members not served there sit
+    /// the round out.
+    ///
     /// Concurrent calls return [`WatchdogEvent::Busy`] rather than wait.
     /// Bounded: one read per source, three tries at the reference window,
     /// and on a switch two more reads.
