@@ -325,8 +325,9 @@ impl<H: Hardware + Clone> Clock<H> {
             page_restored: AtomicBool::new(false),
             page_stale: AtomicBool::new(false),
         };
-        // The timeline starts at 0 on the selected source.
-        clock.start_source(selected, 0);
+        // The timeline starts at 0 on the selected source (whatever a
+        // reused user page carried before: no reader holds yet).
+        clock.start_source_with(selected, 0, false);
         clock.anchor_at_start(0);
         clock.init_wall_clock();
         // A TSC the OS already found out of step (Platform::tsc_sync)
@@ -441,7 +442,33 @@ impl<H: Hardware + Clone> Clock<H> {
     /// offset (TSC-based) or base (devices) is set so that a reading now
     /// gives `start`. A new generation: every CPU's cached map is stale.
     pub(crate) fn start_source(&self, id: SourceId, start: u64) {
+        self.start_source_with(id, start, true);
+    }
+
+    /// [`start_source`](Self::start_source); `shared`: readers may be
+    /// running (not at the clock's creation).
+    ///
+    /// The user page is opened (user reads ask the kernel) *before* the
+    /// kernel's readers start holding, and closed by the publication at the
+    /// end, even when the switch finds nothing to publish: user programs
+    /// never read the old state while the kernel holds. Opening reads the
+    /// page's replaced state; the kernel's own reading of the old source
+    /// right after (before the hold) raises this CPU's floor to it, so
+    /// what the kernel holds at, and the new timeline, are not below any
+    /// user reading of the old state (to the anchoring error; see the
+    /// `user_page` module). Not after a restore: the restored host's
+    /// pages no longer continue the old state, and the page's floor stays
+    /// as the restore left it.
+    pub(crate) fn start_source_with(&self, id: SourceId, start: u64, shared: bool) {
         let i = id.index();
+        let restored = self.page_restored.load(Ordering::Acquire);
+        let page = self.open_page();
+        if shared && !restored && page.is_some() {
+            // A kernel reading taken after every successful user reading
+            // of the old state (their re-checks saw the even sequence,
+            // before the opening); it raises this CPU's floor.
+            let _ = self.now_ns();
+        }
         // Readers hold from here until the new timeline is set
         // (read::SWITCHING); the start then covers what they held at.
         let st = self.state.load(Ordering::Acquire);
@@ -474,7 +501,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let st = self.state.load(Ordering::Acquire);
         let next = ((st >> 8).wrapping_add(1) << 8) | i as u32;
         self.state.store(next, Ordering::SeqCst);
-        self.publish_page();
+        self.publish_opened(page);
     }
 
     /// The current source's reading on the clock's timeline, without the

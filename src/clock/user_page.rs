@@ -17,10 +17,35 @@
 //! that disagree). It carries the clock's high-water mark as its floor, so
 //! no user reading is below a value the kernel returned before the
 //! publication.
-//! The reverse holds only to the anchoring error: right after a
-//! publication a user reading may lead the kernel clock by the time two
-//! reads take (well under 1 µs). A source the watchdog finds faulty is
-//! switched away from at its next tick, and the switch republishes; until
+//!
+//! The reverse: a user reading is not ahead of a kernel reading taken
+//! after it (on any CPU, the source being ordered across CPUs: the only
+//! kind the page maps), to the synchronisation of the CPUs' TSCs; and
+//! this holds across switches too:
+//! - While the clock switches source (or rebases at `resume`) its reads
+//!   hold at the high-water mark. The page is opened (odd sequence) before
+//!   they start holding and published at the end: meanwhile user reads
+//!   answer `AskKernel::Busy` after their bounded retries and ask the
+//!   kernel. The switch takes one kernel reading of the old source after
+//!   opening the page, before the hold, so the hold and the new timeline
+//!   are above every user reading of the old state, however long the
+//!   switching CPU is stopped in between. Every path through a switch
+//!   closes the page (a dropped update closes it unchanged).
+//! - The TSC state is the line of the TSC backend's own map, through one
+//!   TSC sample and the map's value at it (no gap between reading the TSC
+//!   and the time, however long the CPU is stopped), with the page's
+//!   64.64 multiplier truncated from the same rate as the map's slope; the
+//!   pvclock and Hyper-V states carry the clock's own offset for the page.
+//!   (Without a backend map, the TSC line goes through the clock's reading
+//!   and a TSC read after it: user readings then trail the kernel's by
+//!   the gap between the two, never lead.)
+//!
+//! The exceptions: right after a restore the page's floor is the kernel's
+//! (a process that read after the kernel's last reading before the
+//! suspend may see its own clock continue a little below its last
+//! reading; see `publish_after_restore_with`); and a source the watchdog
+//! finds faulty is switched away from at its next tick, and the switch
+//! republishes; until
 //! then user programs read the raw page, which the kernel's read path
 //! checks and user code does not (the reader's own plausibility checks
 //! still apply). So a host update the kernel rejected (a jump ahead) can
@@ -32,16 +57,41 @@
 use super::Clock;
 use crate::{SourceId, Verdict};
 use clockhal_core::Stability;
-use clockhal_user::{tsc_mul, AskReason, PageSource, Publication};
+use clockhal_user::{tsc_mul, AskReason, PageSource, PageUpdate, Publication};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering;
 
 impl<H: Hardware + Clone> Clock<H> {
+    /// Opens the user clock page for an update, if the OS gave one: from
+    /// here until the update is published (or dropped) user reads answer
+    /// `AskKernel::Busy` and ask the kernel. Reads the state it replaces
+    /// now (not after a restore: the restored host's pages no longer
+    /// continue it). `None` without a page, or if another update is open
+    /// (publications are serialised by the watchdog lock, so not in
+    /// practice).
+    pub(crate) fn open_page(&self) -> Option<PageUpdate<'static>> {
+        let writer = self.clock_page.as_ref()?;
+        let floor = self.high_water();
+        if self.page_restored.load(Ordering::Acquire) {
+            let u = writer.begin_after_restore(floor).ok()?;
+            self.page_restored.store(false, Ordering::Release);
+            Some(u)
+        } else {
+            writer.begin_with(floor, || self.hw.rdtsc_ordered()).ok()
+        }
+    }
+
     /// Republishes the user clock page for the current source, if the OS
     /// gave one. Called with the watchdog lock held (or before the clock
     /// is shared): publications never race each other.
     pub(crate) fn publish_page(&self) {
-        let Some(writer) = &self.clock_page else {
+        self.publish_opened(self.open_page());
+    }
+
+    /// [`publish_page`](Self::publish_page) into an update opened earlier
+    /// ([`open_page`](Self::open_page), by a switch), or a new one.
+    pub(crate) fn publish_opened(&self, update: Option<PageUpdate<'static>>) {
+        let Some(update) = update.or_else(|| self.open_page()) else {
             return;
         };
         self.page_stale.store(false, Ordering::Release);
@@ -59,8 +109,8 @@ impl<H: Hardware + Clone> Clock<H> {
                     .and_then(|s| tsc_mul(s.frequency().numerator(), s.frequency().denominator()));
                 match mul {
                     Some(mul) => {
-                        let tsc = self.hw.rdtsc_ordered();
-                        PageSource::tsc_anchored(mul, tsc, self.now_ns())
+                        let (tsc, ns) = self.tsc_anchor(offset);
+                        PageSource::tsc_anchored(mul, tsc, ns)
                     }
                     None => PageSource::AskKernel(AskReason::NotUserReadable),
                 }
@@ -94,14 +144,25 @@ impl<H: Hardware + Clone> Clock<H> {
                 .load(Ordering::Acquire)
                 .then(|| self.unix_offset.load(Ordering::Acquire)),
         };
-        let rdtsc = || self.hw.rdtsc_ordered();
-        // The first publication after a restore does not read the replaced
-        // state: the restored host's pages no longer continue it.
-        let _ = if self.page_restored.swap(false, Ordering::AcqRel) {
-            writer.publish_after_restore_with(&p, rdtsc)
-        } else {
-            writer.publish_with(&p, rdtsc)
-        };
+        let _ = update.publish(&p);
+    }
+
+    /// A TSC value and the clock's time at it, for the page's TSC line:
+    /// the TSC backend's own map applied to the TSC value it sampled (one
+    /// read: no gap between the two, however long this CPU is stopped
+    /// between instructions), shifted by the clock's `offset` for the TSC.
+    /// Without a map, the clock's reading and then the TSC: a gap
+    /// between them puts the line behind the kernel's, never ahead.
+    fn tsc_anchor(&self, offset: u64) -> (u64, u64) {
+        if let Some(n) = self
+            .backends
+            .tsc_mapped()
+            .and_then(|m| super::Mapped::map_now(m, self.hw.cpu_index()))
+        {
+            return (n.tsc, n.map.apply(n.tsc).wrapping_add(offset));
+        }
+        let ns = self.now_ns();
+        (self.hw.rdtsc_ordered(), ns)
     }
 
     /// kvmclock orders readings across CPUs by a trusted stable bit (what

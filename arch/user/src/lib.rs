@@ -16,4 +16,6 @@ pub use reader::{
     tsc_map, AskKernel, ClockReader, PageError, Reading, Source, UserClock, READ_ATTEMPTS,
 };
 pub use tsc::TscRead;
-pub use writer::{tsc_mul, ClockPageWriter, PageSource, Publication, PublishError, Published};
+pub use writer::{
+    tsc_mul, ClockPageWriter, PageSource, PageUpdate, Publication, PublishError, Published,
+};

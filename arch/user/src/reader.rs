@@ -17,8 +17,10 @@ use core::fmt;
 /// How many times a read samples a clock page whose sequence is odd or
 /// changes under it before answering [`AskKernel::Busy`]. A publication
 /// takes well under a microsecond; 64 attempts with a `pause` between them
-/// last a few microseconds, so a writer stopped mid-update (or preempted)
-/// cannot hang a reader.
+/// last a few microseconds, so a writer stopped mid-update (or preempted),
+/// or a page the kernel keeps open on purpose while its own clock holds
+/// ([`ClockPageWriter::begin`](crate::ClockPageWriter::begin): a source
+/// switch), cannot hang a reader: it asks the kernel.
 pub const READ_ATTEMPTS: u32 = 64;
 
 /// "Fall back to your system call", and why.

@@ -191,6 +191,12 @@ impl<'a> ClockPageWriter<'a> {
     ///    floors only ever rise;
     /// 4. the fields are written and the sequence goes even (release).
     ///
+    /// Steps 1–3 are [`begin`](Self::begin) and step 4 is
+    /// [`PageUpdate::publish`]: a kernel whose own readers stop following
+    /// the replaced state for a while (a source switch) opens the page
+    /// first and publishes when it is done, so that user programs ask the
+    /// kernel meanwhile.
+    ///
     /// An invalid request (see [`PublishError`]) publishes "ask the kernel"
     /// ([`AskReason::Misconfigured`]) instead, so no process keeps reading a
     /// mapping the kernel meant to replace; only [`PublishError::Busy`]
@@ -208,7 +214,7 @@ impl<'a> ClockPageWriter<'a> {
         p: &Publication,
         rdtsc: impl FnMut() -> u64,
     ) -> Result<Published, PublishError> {
-        self.write(p, rdtsc, true)
+        self.open(p.floor_ns, rdtsc, true)?.publish(p)
     }
 
     /// [`publish_with`](Self::publish_with) for the first publication after
@@ -225,24 +231,58 @@ impl<'a> ClockPageWriter<'a> {
         p: &Publication,
         rdtsc: impl FnMut() -> u64,
     ) -> Result<Published, PublishError> {
-        self.write(p, rdtsc, false)
+        self.open(p.floor_ns, rdtsc, false)?.publish(p)
     }
 
-    /// The seqlock write of [`publish_with`](Self::publish_with); `fold`:
-    /// whether the replaced state's reading now joins the floor.
-    fn write(
+    /// Opens an update of the page: steps 1–3 of
+    /// [`publish`](Self::publish), with `floor_ns` the kernel's floor now.
+    /// From here until the [`PageUpdate`] is published, cancelled or
+    /// dropped, the sequence is odd: readers retry, and after
+    /// [`READ_ATTEMPTS`](crate::READ_ATTEMPTS) samples answer
+    /// [`AskKernel::Busy`](crate::AskKernel::Busy) (they never wait for the
+    /// writer). No reading of the replaced state is above
+    /// [`PageUpdate::floor_ns`] (to the TSC's synchronisation).
+    ///
+    /// For a kernel that stops following the page's state before it has
+    /// the next one, e.g. a clock whose readers hold while it switches
+    /// source: open the page *before* they hold, and raise the floor they
+    /// hold at to [`PageUpdate::floor_ns`], and no user program reads
+    /// ahead of a kernel reading taken after its own. Keep it open only
+    /// that long: every user read meanwhile costs its retries and a system
+    /// call. `Err(Busy)`: another update is open (nothing changed).
+    pub fn begin(&self, floor_ns: u64) -> Result<PageUpdate<'a>, PublishError> {
+        let tsc = self.view.tsc_read();
+        self.begin_with(floor_ns, || tsc.read())
+    }
+
+    /// [`begin`](Self::begin) with a caller-supplied TSC (read after the
+    /// sequence went odd), as [`publish_with`](Self::publish_with).
+    pub fn begin_with(
         &self,
-        p: &Publication,
+        floor_ns: u64,
+        rdtsc: impl FnMut() -> u64,
+    ) -> Result<PageUpdate<'a>, PublishError> {
+        self.open(floor_ns, rdtsc, true)
+    }
+
+    /// [`begin`](Self::begin) for the first publication after a restore:
+    /// the replaced state is not read (see
+    /// [`publish_after_restore_with`](Self::publish_after_restore_with)),
+    /// the floor is `max(old floor, floor_ns)`.
+    pub fn begin_after_restore(&self, floor_ns: u64) -> Result<PageUpdate<'a>, PublishError> {
+        self.open(floor_ns, || 0, false)
+    }
+
+    /// Steps 1–3 of the seqlock write; `fold`: whether the replaced
+    /// state's reading now joins the floor.
+    fn open(
+        &self,
+        floor_ns: u64,
         mut rdtsc: impl FnMut() -> u64,
         fold: bool,
-    ) -> Result<Published, PublishError> {
+    ) -> Result<PageUpdate<'a>, PublishError> {
         use Ordering::{Acquire, Relaxed, Release};
         let page = self.view.page();
-        let (source, outcome) = match self.check(p.source) {
-            Ok(()) => (p.source, Ok(())),
-            Err(e) => (PageSource::AskKernel(AskReason::Misconfigured), Err(e)),
-        };
-
         let seq = page.seq.load(Relaxed);
         if seq & 1 != 0
             || page
@@ -255,42 +295,18 @@ impl<'a> ClockPageWriter<'a> {
         // Field stores below may not become visible before the odd sequence.
         fence(Release);
 
-        let mut floor = page.floor_ns.load(Relaxed).max(p.floor_ns);
+        let mut floor = page.floor_ns.load(Relaxed).max(floor_ns);
         if fold {
             let mode = page.mode.load(Relaxed);
             if let Ok((ns, _)) = self.view.evaluate(mode, &mut rdtsc) {
                 floor = floor.max(ns);
             }
         }
-
-        let (mode, arg, mul, add, offset) = match source {
-            PageSource::Tsc { mul, add } => (MODE_TSC, 0, mul, add, 0),
-            PageSource::Pvclock { area, offset_ns } => (MODE_PVCLOCK, area, 0, 0, offset_ns),
-            PageSource::HypervPage { offset_ns } => (MODE_HYPERV, 0, 0, 0, offset_ns),
-            PageSource::AskKernel(r) => (MODE_ASK_KERNEL, r.code(), 0, 0, 0),
-        };
-        page.mode.store(mode, Relaxed);
-        page.arg.store(arg, Relaxed);
-        page.floor_ns.store(floor, Relaxed);
-        page.tsc_mul.store(mul, Relaxed);
-        page.tsc_add_lo.store(add as u64, Relaxed);
-        page.tsc_add_hi.store((add >> 64) as u64, Relaxed);
-        page.pv_offset_ns.store(offset, Relaxed);
-        page.boot_wall_ns
-            .store(p.boot_wall_ns.unwrap_or(0), Relaxed);
-        page.flags.store(
-            if p.boot_wall_ns.is_some() {
-                FLAG_WALL_VALID
-            } else {
-                0
-            },
-            Relaxed,
-        );
-        let seq = seq.wrapping_add(2);
-        page.seq.store(seq, Release);
-        outcome.map(|()| Published {
-            floor_ns: floor,
-            seq,
+        Ok(PageUpdate {
+            writer: *self,
+            seq: seq.wrapping_add(1),
+            floor,
+            open: true,
         })
     }
 
@@ -312,5 +328,107 @@ impl<'a> ClockPageWriter<'a> {
     /// same state reads).
     pub fn view(&self) -> UserClock<'a> {
         self.view
+    }
+}
+
+/// An open update of a clock page ([`ClockPageWriter::begin`]): the
+/// page's sequence is odd, and user reads ask the kernel
+/// ([`AskKernel::Busy`](crate::AskKernel::Busy)) until it is closed.
+///
+/// Closed by [`publish`](Self::publish) (the new state),
+/// [`cancel`](Self::cancel) or dropping it (the old state, under its raised
+/// floor): however the kernel's code leaves the scope that opened it
+/// (an early return, an error, an unwinding panic), the page does not stay
+/// odd.
+#[derive(Debug)]
+#[must_use = "dropping the update closes the page at once, unchanged"]
+pub struct PageUpdate<'a> {
+    writer: ClockPageWriter<'a>,
+    /// The odd sequence the page carries while open.
+    seq: u32,
+    /// `max(old floor, requested, the replaced state's reading)`.
+    floor: u64,
+    /// Not yet closed.
+    open: bool,
+}
+
+impl PageUpdate<'_> {
+    /// The floor the page carries when closed (at least): the maximum of
+    /// its previous floor, the one asked for, and the replaced state's
+    /// reading when the update was opened — above every reading any
+    /// reader took from the replaced state. A kernel clock that must never
+    /// be behind its user programs raises its own floor to this.
+    pub fn floor_ns(&self) -> u64 {
+        self.floor
+    }
+
+    /// Step 4 of [`ClockPageWriter::publish`]: writes `p`'s state with the
+    /// floor `max(floor_ns(), p.floor_ns)` and closes the page. The
+    /// replaced state is not read again (that was done when the update was
+    /// opened). An invalid `p` publishes "ask the kernel"
+    /// ([`AskReason::Misconfigured`]) and returns its error.
+    pub fn publish(mut self, p: &Publication) -> Result<Published, PublishError> {
+        let outcome = self.writer.check(p.source);
+        let source = match outcome {
+            Ok(()) => p.source,
+            Err(_) => PageSource::AskKernel(AskReason::Misconfigured),
+        };
+        let published = self.close(Some((source, p)));
+        outcome.map(|()| published)
+    }
+
+    /// Closes the page with its old state unchanged (under the raised
+    /// floor): what dropping the update does.
+    pub fn cancel(mut self) -> Published {
+        self.close(None)
+    }
+
+    /// Writes the state (if any) and the floor, and makes the sequence
+    /// even again (release).
+    fn close(&mut self, state: Option<(PageSource, &Publication)>) -> Published {
+        use Ordering::{Relaxed, Release};
+        let page = self.writer.view.page();
+        let mut floor = self.floor;
+        if let Some((source, p)) = state {
+            floor = floor.max(p.floor_ns);
+            let (mode, arg, mul, add, offset) = match source {
+                PageSource::Tsc { mul, add } => (MODE_TSC, 0, mul, add, 0),
+                PageSource::Pvclock { area, offset_ns } => (MODE_PVCLOCK, area, 0, 0, offset_ns),
+                PageSource::HypervPage { offset_ns } => (MODE_HYPERV, 0, 0, 0, offset_ns),
+                PageSource::AskKernel(r) => (MODE_ASK_KERNEL, r.code(), 0, 0, 0),
+            };
+            page.mode.store(mode, Relaxed);
+            page.arg.store(arg, Relaxed);
+            page.tsc_mul.store(mul, Relaxed);
+            page.tsc_add_lo.store(add as u64, Relaxed);
+            page.tsc_add_hi.store((add >> 64) as u64, Relaxed);
+            page.pv_offset_ns.store(offset, Relaxed);
+            page.boot_wall_ns
+                .store(p.boot_wall_ns.unwrap_or(0), Relaxed);
+            page.flags.store(
+                if p.boot_wall_ns.is_some() {
+                    FLAG_WALL_VALID
+                } else {
+                    0
+                },
+                Relaxed,
+            );
+        }
+        page.floor_ns.store(floor, Relaxed);
+        let seq = self.seq.wrapping_add(1);
+        page.seq.store(seq, Release);
+        self.open = false;
+        Published {
+            floor_ns: floor,
+            seq,
+        }
+    }
+}
+
+impl Drop for PageUpdate<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.close(None);
+        }
     }
 }

@@ -461,3 +461,68 @@ fn from_window_finds_the_hypervisor_pages_through_the_header() {
     let misaligned = unsafe { UserClock::from_window(w as *const Window as usize + 8) };
     assert_eq!(misaligned.unwrap_err(), PageError::Misaligned);
 }
+
+/// A page held open ([`ClockPageWriter::begin`]) sends readers to the
+/// kernel (bounded: `Busy`), covers what they read of the replaced state,
+/// refuses a second writer, and closes however the update ends.
+#[test]
+fn an_open_update_sends_readers_to_the_kernel_and_always_closes() {
+    let w = window();
+    let writer = writer(w);
+    let clock = view(w);
+    let mul = tsc_mul(2_000_000_000, 1).unwrap(); // 0.5 ns per tick
+    let p0 = writer
+        .publish_with(&publication(PageSource::tsc_anchored(mul, 0, 0), 0), || 0)
+        .unwrap();
+    assert_eq!(clock.read_with(|| 2_000).unwrap().clock_ns, 1_000);
+
+    // Opened at TSC 4_000 (2_000 ns): the floor covers it.
+    let u = writer.begin_with(500, || 4_000).unwrap();
+    assert_eq!(u.floor_ns(), 2_000);
+    assert_eq!(clock.read_with(|| 6_000), Err(AskKernel::Busy));
+    assert_eq!(writer.begin_with(0, || 0).err(), Some(PublishError::Busy));
+    assert_eq!(
+        writer
+            .publish_with(&publication(PageSource::tsc_anchored(mul, 0, 0), 0), || 0)
+            .err(),
+        Some(PublishError::Busy)
+    );
+    // Dropped: the old state again, under the raised floor.
+    drop(u);
+    let r = clock.read_with(|| 2_000).unwrap();
+    assert_eq!((r.clock_ns, r.seq), (2_000, p0.seq.wrapping_add(2)));
+    assert_eq!(clock.read_with(|| 10_000).unwrap().clock_ns, 5_000);
+
+    // Cancelled: the same.
+    let c = writer.begin_with(0, || 12_000).unwrap().cancel();
+    assert_eq!(c.floor_ns, 6_000);
+    assert_eq!(clock.read_with(|| 0).unwrap().clock_ns, 6_000);
+
+    // Published: the new state, floor max(opened, requested); the replaced
+    // state is not read again at the close.
+    let u = writer.begin_with(0, || 16_000).unwrap(); // old state: 8_000
+    let p = u
+        .publish(&publication(
+            PageSource::tsc_anchored(mul, 100_000, 1_000),
+            7_000,
+        ))
+        .unwrap();
+    assert_eq!(p.floor_ns, 8_000);
+    assert_eq!(p.seq & 1, 0);
+    assert_eq!(clock.read_with(|| 100_000).unwrap().clock_ns, 8_000);
+    assert_eq!(clock.read_with(|| 120_000).unwrap().clock_ns, 11_000);
+
+    // An invalid state published into an open update: "ask the kernel",
+    // and the page is closed.
+    let u = writer.begin_after_restore(0).unwrap();
+    assert_eq!(u.floor_ns(), 8_000);
+    assert_eq!(
+        u.publish(&publication(PageSource::Tsc { mul: 0, add: 0 }, 0)),
+        Err(PublishError::ZeroMultiplier)
+    );
+    assert_eq!(
+        clock.read_with(|| 0),
+        Err(AskKernel::Page(AskReason::Misconfigured))
+    );
+    assert_eq!(w.clock.seq.load(Relaxed) & 1, 0);
+}
