@@ -13,13 +13,17 @@
 //! slow read never fails a good clock. Each candidate's rate is expressed
 //! relative to the pacer; two candidates agree when their relative rates
 //! differ by at most the tolerance plus both uncertainties. Agreement is
-//! counted by counter domain (the TSC, kvmclock and the Hyper-V page count
-//! one TSC: a TSC rated from pvclock agrees with kvmclock by construction):
-//! a candidate that agrees with no other domain while two domains agree
-//! among themselves is demoted. With only two candidates that disagree,
-//! the one whose rate clockhal estimated (the TSC, an OS-supplied source)
-//! loses; otherwise nobody is demoted and the run-time watchdog has the
-//! last word.
+//! counted by the domain whose rate a candidate's rests on (the TSC,
+//! kvmclock and the Hyper-V page count one TSC: a TSC rated from pvclock
+//! agrees with kvmclock by construction; a TSC calibrated against the HPET
+//! counts as the HPET): a candidate that agrees with no other domain while
+//! two domains agree among themselves is demoted. The PIT, where it was
+//! probed as a calibration reference (no stated TSC rate, both an HPET and
+//! a PM timer), is measured as a witness: with it, two device counters
+//! that disagree are decided by the majority. With only two candidates that
+//! disagree, the one whose rate clockhal estimated (the TSC, an OS-supplied
+//! source) loses; otherwise nobody is demoted and the run-time watchdog has
+//! the last word.
 
 use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::{ppm, Bracketed, ClockSource, CounterDomain, Duration, Scale};
@@ -97,6 +101,11 @@ impl SelfCheck {
 
 /// The backends of one probe, indexed by [`SourceId::index`].
 pub(crate) type Sources<'a> = [Option<&'a dyn ClockSource>; MAX_CANDIDATES];
+
+/// How much wider than [`SelfCheck::max_window`] a PIT witness's bracket
+/// may be (its read is three port accesses, and the pacer's own rate may
+/// be the one in question).
+const PIT_WINDOW_FACTOR: u64 = 8;
 
 /// Runs every check and records demotions in `report`.
 pub(crate) fn run(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
@@ -184,11 +193,15 @@ struct Relative {
 }
 
 fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
-    // Eligible candidates with a backend, in rank order (best first).
+    // Eligible candidates with a backend, in rank order (best first), and
+    // the PIT as a witness even where it is only a calibration reference:
+    // a third independent rate (its 1.193182 MHz is the specification's)
+    // decides between two device counters that disagree.
     let mut ids = [SourceId::Extra; MAX_CANDIDATES];
     let mut n = 0;
     for c in report.ranked() {
-        if c.is_eligible() && sources[c.id.index()].is_some() {
+        let witness = c.id == SourceId::Pit && matches!(c.verdict, Verdict::Usable(_));
+        if (c.is_eligible() || witness) && sources[c.id.index()].is_some() {
             ids[n] = c.id;
             n += 1;
         }
@@ -209,10 +222,19 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     let pscale = Scale::new(pacer_freq);
     let max_window = pscale.ns_to_ticks(cfg.max_window.as_nanos());
 
+    // A PIT read is three port accesses (latch, two bytes): its window is
+    // wider, and counted as its uncertainty like any other.
+    let window = |id: SourceId| {
+        if id == SourceId::Pit {
+            max_window.saturating_mul(PIT_WINDOW_FACTOR)
+        } else {
+            max_window
+        }
+    };
     let mut start = [(Bracketed::default(), false); MAX_CANDIDATES];
     for &id in ids {
         if let Some(s) = sources[id.index()] {
-            start[id.index()] = bracket(pacer, s, id == pacer_id, max_window, cfg.bracket_tries);
+            start[id.index()] = bracket(pacer, s, id == pacer_id, window(id), cfg.bracket_tries);
         }
     }
     let p0 = pacer.read();
@@ -226,7 +248,7 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     let mut end = [(Bracketed::default(), false); MAX_CANDIDATES];
     for &id in ids {
         if let Some(s) = sources[id.index()] {
-            end[id.index()] = bracket(pacer, s, id == pacer_id, max_window, cfg.bracket_tries);
+            end[id.index()] = bracket(pacer, s, id == pacer_id, window(id), cfg.bracket_tries);
         }
     }
 
@@ -289,13 +311,6 @@ fn rate_domain(report: &Report, id: SourceId) -> CounterDomain {
     crate::clock::domain(id)
 }
 
-/// Whether a domain's rate is fixed by its specification (the ACPI PM
-/// timer's 3.579545 MHz, the PIT's 1.193182 MHz), against one a register
-/// claims (the HPET's period): in a two-way disagreement the claim loses.
-fn spec_rate(d: CounterDomain) -> bool {
-    matches!(d, CounterDomain::AcpiPm | CounterDomain::Pit)
-}
-
 /// Demotes the candidates the measurements single out (see module docs).
 fn judge(
     report: &mut Report,
@@ -339,38 +354,6 @@ fn judge(
             demote(report, a, &anchor);
         }
         return;
-    }
-    // Two domains that disagree, one rate fixed by a specification, the
-    // other claimed by the HPET's period register (and anything calibrated
-    // from it): the claim loses.
-    let mut pair = [None; 2];
-    let mut distinct = 0;
-    for a in measured() {
-        if !pair[..distinct.min(2)].contains(&Some(dom(&a))) {
-            if distinct < 2 {
-                pair[distinct] = Some(dom(&a));
-            }
-            distinct += 1;
-        }
-    }
-    if let ([Some(x), Some(y)], 2) = (pair, distinct) {
-        let (claim, spec) = match (x, y) {
-            (CounterDomain::Hpet, d) if spec_rate(d) => (x, y),
-            (d, CounterDomain::Hpet) if spec_rate(d) => (y, x),
-            _ => (x, x),
-        };
-        if claim != spec {
-            if let Some(anchor) = measured().find(|a| dom(a) == spec) {
-                let mut out = [None; MAX_CANDIDATES];
-                for (k, a) in measured().filter(|a| dom(a) == claim).enumerate() {
-                    out[k] = Some(a);
-                }
-                for a in out.into_iter().flatten() {
-                    demote(report, a, &anchor);
-                }
-                return;
-            }
-        }
     }
     // Exactly two measured and they disagree: the estimated rate loses.
     let mut it = measured();
@@ -486,64 +469,50 @@ mod tests {
         // Found by red-team round 8: the HPET's period register claims
         // 10 MHz for a 100 MHz counter; the TSC calibrated against it is as
         // wrong, and their two "domains" outvoted the honest PM timer.
-        let ids = [Tsc, Hpet, AcpiPm];
-        let mut r = Report::new();
-        let f = Fixed(Frequency::from_hz(1_000).unwrap());
-        let calibrated = Note::Tsc {
-            rate: clockhal_tsc::RateProvenance::Calibrated {
-                reference: "hpet",
-                uncertainty_ppm: 50,
-            },
-            unusable: None,
-            supervised: true,
+        let with = |pit: bool| {
+            let mut r = Report::new();
+            let f = Fixed(Frequency::from_hz(1_000).unwrap());
+            let calibrated = Note::Tsc {
+                rate: clockhal_tsc::RateProvenance::Calibrated {
+                    reference: "hpet",
+                    uncertainty_ppm: 50,
+                },
+                unusable: None,
+                supervised: true,
+            };
+            r.insert(Candidate::usable(Tsc, &f, calibrated));
+            r.insert(Candidate::usable(Hpet, &f, Note::None));
+            r.insert(Candidate::usable(AcpiPm, &f, Note::None));
+            let mut rates = std::vec![(Tsc, 0), (Hpet, 0), (AcpiPm, -900_000)];
+            let mut ids = std::vec![Tsc, Hpet, AcpiPm];
+            if pit {
+                r.insert(Candidate::usable(Pit, &f, Note::None));
+                rates.push((Pit, -900_010));
+                ids.push(Pit);
+            }
+            assert_eq!(rate_domain(&r, Tsc), CounterDomain::Hpet);
+            judge_all(&mut r, &rels(&rates), &ids, 10_000);
+            r
         };
-        r.insert(Candidate::usable(Tsc, &f, calibrated));
-        r.insert(Candidate::usable(Hpet, &f, Note::None));
-        r.insert(Candidate::usable(AcpiPm, &f, Note::None));
-        assert_eq!(rate_domain(&r, Tsc), CounterDomain::Hpet);
-        judge_all(
-            &mut r,
-            &rels(&[(Tsc, 0), (Hpet, 0), (AcpiPm, -900_000)]),
-            &ids,
-            10_000,
-        );
-        // The PM timer's rate is the ACPI specification's: the HPET's
-        // claim, and the TSC calibrated from it, lose.
+        // Two rate domains that disagree: nothing says which is right.
+        let r = with(false);
+        for id in [Tsc, Hpet, AcpiPm] {
+            assert!(r.get(id).unwrap().is_eligible(), "{id} demoted");
+        }
+        // The PIT as a third witness sides with the PM timer: the HPET, and
+        // the TSC calibrated from it, lose.
+        let r = with(true);
         assert!(r.get(AcpiPm).unwrap().is_eligible());
         for id in [Tsc, Hpet] {
             assert!(
                 matches!(
                     r.get(id).unwrap().demotion(),
-                    Some(Demotion::RateDisagrees {
-                        against: AcpiPm,
-                        ..
-                    })
+                    Some(Demotion::RateDisagrees { .. })
                 ),
                 "{id}: {:?}",
                 r.get(id).unwrap().verdict
             );
         }
-    }
-
-    #[test]
-    fn a_register_rate_loses_to_a_specified_one_but_not_to_a_majority() {
-        use SourceId::*;
-        let ids = [Hpet, AcpiPm];
-        let mut r = report(&ids);
-        judge_all(&mut r, &rels(&[(Hpet, 30_000), (AcpiPm, 0)]), &ids, 10_000);
-        assert!(r.get(AcpiPm).unwrap().is_eligible());
-        assert!(!r.get(Hpet).unwrap().is_eligible());
-        // kvmclock sides with the HPET: the majority decides, not the rule.
-        let ids = [Kvmclock, Hpet, AcpiPm];
-        let mut r = report(&ids);
-        judge_all(
-            &mut r,
-            &rels(&[(Kvmclock, 0), (Hpet, 0), (AcpiPm, 30_000)]),
-            &ids,
-            10_000,
-        );
-        assert!(r.get(Hpet).unwrap().is_eligible() && r.get(Kvmclock).unwrap().is_eligible());
-        assert!(!r.get(AcpiPm).unwrap().is_eligible());
     }
 
     #[test]

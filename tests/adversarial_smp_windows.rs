@@ -4,7 +4,10 @@
 //! against their own old-rate maps; a watchdog tick on a CPU kvmclock does
 //! not serve reading its held value as "drift -999,975 ppm" and demoting
 //! it for every CPU; a `StampConverter` built from a map that `now()`
-//! refuses (30 s ahead, beyond the jump check).
+//! refuses (30 s ahead, beyond the jump check). Round 9: a tick on such
+//! a CPU swallowed the restart request of `resume()` / `restart_watchdog()`
+//! (and the guest-stopped latches), so the next served tick judged the
+//! restore's step and demoted kvmclock.
 #![cfg(all(
     feature = "kvmclock",
     feature = "hyperv",
@@ -13,7 +16,7 @@
     feature = "acpi-pm"
 ))]
 use clockhal::tsc::SyncStatus;
-use clockhal::{Clock, Demotion, Duration, Platform, SelfCheck, SourceId, Verdict};
+use clockhal::{Clock, Demotion, Duration, Platform, SelfCheck, SourceId, Verdict, WatchdogEvent};
 use clockhal_sim::{HpetConfig, PvclockUpdate, SimMachine};
 
 type SimClock = Clock<&'static SimMachine>;
@@ -176,4 +179,107 @@ fn a_stamp_converter_never_converts_what_now_refuses() {
         "converted {got:?}, now() {now}, machine {truth}\n{}",
         c.report().table()
     );
+}
+
+/// resume() asks the next tick to restart the watchdog's baseline (the
+/// restored host's kvmclock lies 10 s before the old timeline). The next
+/// tick happens to run on a CPU kvmclock does not serve (an AP that has
+/// not called resume_this_cpu yet, or one going offline): NotServed. It
+/// has consumed the restart request; the first served tick then judges
+/// the interval spanning the restore and demotes the honest kvmclock.
+#[test]
+fn a_not_served_tick_does_not_swallow_resumes_restart() {
+    let m = leak(SimMachine::kvm_config().with_cpus(2, &[]).build());
+    let c = clockhal::probe(m, platform(m)).into_clock().unwrap();
+    m.on_cpu(1, || c.register_this_cpu()).unwrap();
+    m.advance(20_000 * MS);
+    for _ in 0..3 {
+        m.advance(250 * MS);
+        c.watchdog_tick();
+    }
+    assert_eq!(c.source_id(), SourceId::Kvmclock);
+    // CPU 1 goes offline (its timer may still fire once).
+    m.on_cpu(1, || c.unregister_this_cpu());
+    // Restore onto a host whose timeline is 10 s earlier; the OS resumes.
+    m.with_kvm(|k, ctx| {
+        k.set_system_time_skew(None, -10_000_000_000);
+        k.update_all(ctx);
+    });
+    c.resume().unwrap();
+    m.advance(250 * MS);
+    let e1 = m.on_cpu(1, || c.watchdog_tick());
+    m.advance(250 * MS);
+    let e2 = m.on_cpu(0, || c.watchdog_tick());
+    m.advance(250 * MS);
+    let e3 = m.on_cpu(0, || c.watchdog_tick());
+    assert!(
+        demoted(&c).is_empty() && c.source_id() == SourceId::Kvmclock,
+        "events {e1:?} / {e2:?} / {e3:?}; demoted {:?}\n{}",
+        demoted(&c),
+        c.report().table()
+    );
+}
+
+/// Same, with the OS's own restart_watchdog() (documented: "Asks the next
+/// watchdog_tick to restart its baseline").
+#[test]
+fn a_not_served_tick_does_not_swallow_restart_watchdog() {
+    // Observed: the served tick judges the announced jump as drift and
+    // switches away from the honest kvmclock.
+    let m = leak(
+        SimMachine::kvm_config()
+            .with_cpus(2, &[])
+            .with_hpet(HpetConfig::qemu())
+            .build(),
+    );
+    let c = clockhal::probe(m, platform(m)).into_clock().unwrap();
+    m.on_cpu(1, || c.register_this_cpu()).unwrap();
+    for _ in 0..3 {
+        m.advance(250 * MS);
+        c.watchdog_tick();
+    }
+    m.on_cpu(1, || c.unregister_this_cpu());
+    // A legitimate jump of kvmclock the clock cannot see (host clock step
+    // the OS learned of), announced with restart_watchdog().
+    m.with_kvm(|k, ctx| {
+        k.set_system_time_skew(None, 3_000_000_000);
+        k.update_all(ctx);
+    });
+    let _ = c.now();
+    c.restart_watchdog();
+    m.advance(250 * MS);
+    let e1 = m.on_cpu(1, || c.watchdog_tick());
+    assert!(matches!(e1, WatchdogEvent::NotServed { .. }), "{e1:?}");
+    m.advance(250 * MS);
+    let e2 = m.on_cpu(0, || c.watchdog_tick());
+    assert_eq!(
+        e2,
+        WatchdogEvent::Restarted,
+        "the restart request was consumed by the NotServed tick"
+    );
+}
+
+/// Control (passes): the same resume without the unserved tick.
+#[test]
+fn control_resume_without_the_unserved_tick() {
+    let m = leak(SimMachine::kvm_config().with_cpus(2, &[]).build());
+    let c = clockhal::probe(m, platform(m)).into_clock().unwrap();
+    m.on_cpu(1, || c.register_this_cpu()).unwrap();
+    m.advance(20_000 * MS);
+    for _ in 0..3 {
+        m.advance(250 * MS);
+        c.watchdog_tick();
+    }
+    m.on_cpu(1, || c.unregister_this_cpu());
+    m.with_kvm(|k, ctx| {
+        k.set_system_time_skew(None, -10_000_000_000);
+        k.update_all(ctx);
+    });
+    c.resume().unwrap();
+    m.advance(250 * MS);
+    m.advance(250 * MS);
+    let e2 = m.on_cpu(0, || c.watchdog_tick());
+    m.advance(250 * MS);
+    let e3 = m.on_cpu(0, || c.watchdog_tick());
+    assert!(demoted(&c).is_empty(), "{e2:?} {e3:?}");
 }

@@ -1,15 +1,19 @@
 //! What firmware and devices claim about themselves, checked against each
-//! other (found by red-team round 8): an HPET whose period register lies
-//! (or whose counter is slow) must not outvote the ACPI PM timer, whose
-//! rate the specification fixes, through the TSC calibrated against that
-//! HPET (it agrees with it by construction); and a MADT with trailing
-//! padding must not turn four CPUs into one (the TSC would be trusted
-//! across CPUs nobody tested).
+//! other. Found by red-team round 8: an HPET whose period register lies
+//! (or whose counter is slow) outvoted the ACPI PM timer through the TSC
+//! calibrated against that HPET (it agrees with it by construction), and
+//! time ran 10x fast; a MADT with trailing padding turned four CPUs into
+//! one (the TSC trusted across CPUs nobody tested). Round 9 showed that a
+//! tie-break favouring the PM timer's specified rate is as wrong when the
+//! PM timer is the broken one (5 % fast for good): the PIT, which every PC
+//! has, is now the third witness, and the majority decides both ways.
 #![cfg(all(feature = "tsc", feature = "hpet", feature = "acpi-pm"))]
 
 use clockhal::{probe, Duration, Platform, SelfCheck, SourceId, Verdict};
 use clockhal_core::Stability;
-use clockhal_sim::{AcpiTablesBuilder, Answer, HpetConfig, PmTimerConfig, SimConfig};
+use clockhal_sim::{
+    AcpiTablesBuilder, Answer, HpetConfig, PitConfig, PmTimerConfig, SimConfig, SimMachine,
+};
 use clockhal_x86::{acpi, MmioRegion, SliceMemory};
 
 fn no_stated_rate_machine() -> clockhal_sim::SimMachine {
@@ -18,6 +22,7 @@ fn no_stated_rate_machine() -> clockhal_sim::SimMachine {
         .with_invariant_tsc(true)
         .with_hpet(HpetConfig::qemu()) // really 100 MHz
         .with_pm_timer(PmTimerConfig::default())
+        .with_pit(PitConfig::qemu())
         .build()
 }
 
@@ -155,4 +160,48 @@ fn madt_trailing_padding_does_not_turn_four_cpus_into_one() {
         "MADT count {found:?}: TSC trusted across 4 untested CPUs: {}",
         p.report().table()
     );
+}
+
+/// The other way round (red-team round 9): the PM timer runs 5 % fast (the
+/// chipset fault Linux's `verify_pmtmr_rate` exists for), the HPET is
+/// honest. The PIT sides with the HPET (and the TSC calibrated from it):
+/// the PM timer is the one demoted, and 2 s measure as 2 s.
+#[test]
+fn a_pm_timer_off_by_5_percent_is_outvoted_with_the_pit_as_witness() {
+    for (name, m) in [
+        ("qemu_tcg", SimMachine::qemu_tcg()),
+        ("qemu_tcg_pc", SimMachine::qemu_tcg_pc()),
+    ] {
+        m.with_pm_timer(|p, ctx| p.set_rate_error_ppm(ctx, 50_000));
+        let m: &'static SimMachine = Box::leak(Box::new(m));
+        let mut p = Platform::new()
+            .cpus(1)
+            .self_check(SelfCheck::new().rate_interval(Duration::from_millis(1)));
+        if let Some(r) = m.hpet_region() {
+            p = p.hpet_region(r);
+        }
+        if let Some(pm) = &m.config().pm_timer {
+            p = p.pm_timer(pm.port, pm.bits32);
+        }
+        let c = probe(m, p).into_clock().unwrap();
+        let pm = c.report().get(SourceId::AcpiPm).unwrap().verdict;
+        assert!(
+            matches!(pm, Verdict::Demoted { .. }),
+            "{name}: {}",
+            c.report().table()
+        );
+        let (t0, n0) = (c.now().as_nanos(), m.now_ns());
+        for _ in 0..8 {
+            m.advance(250_000_000);
+            c.watchdog_tick();
+        }
+        let measured = c.now().as_nanos() - t0;
+        let truth = m.now_ns() - n0;
+        assert!(
+            measured.abs_diff(truth) < truth / 1000,
+            "{name}: 2 s measured as {measured} ns on {}\n{}",
+            c.source_name(),
+            c.report().table()
+        );
+    }
 }

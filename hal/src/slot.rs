@@ -181,7 +181,9 @@ impl MapSlot {
         let Ok(int) = u32::try_from(int) else {
             return false;
         };
-        let span = e.map.ticks_until(e.tsc, e.limit);
+        // The window never crosses 2^64: the map is absolute in the TSC,
+        // so a TSC that wrapped is the slow path's to judge.
+        let span = e.map.ticks_until(e.tsc, e.limit).min(u64::MAX - e.tsc);
         let seq = self.seq.load(Ordering::Relaxed);
         if seq & 1 != 0
             || self

@@ -30,6 +30,18 @@ pub(crate) const ID_MASK: u32 = 0x7F;
 /// nor a new-timeline one from before it was set.
 pub(crate) const SWITCHING: u32 = 0x80;
 
+/// Ticks from `base` to `ticks` of a forward-moving extended count, also
+/// across 2^64 (a 64-bit HPET left near it); a count below the base (a
+/// device that went back or was reset) is no time, not 2^64 of it.
+pub(crate) const fn ticks_since(ticks: u64, base: u64) -> u64 {
+    let d = ticks.wrapping_sub(base);
+    if d > BEFORE_ZERO {
+        0
+    } else {
+        d
+    }
+}
+
 /// A validated map of a TSC-based source now.
 pub(crate) struct MapNow {
     /// The source's token it is valid for.
@@ -150,13 +162,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 let map = now.map.offset_by(offset);
                 let v = map.apply(now.tsc);
                 if v > BEFORE_ZERO {
-                    // The source reads below where the clock's timeline
-                    // started for it (a step back soon after the start, an
-                    // AP behind the boot CPU): "before 0" on the wrapping
-                    // timeline, never ~2^64. This CPU's floor answers, and
-                    // for a source that does not order readings across
-                    // CPUs the clamp too (what any CPU returned).
-                    return self.raise(cpu, now.ordered, 0);
+                    return self.before_zero(cpu, now.ordered, v);
                 }
                 if !now.ordered {
                     // Leaving the source's own order for the clamp's.
@@ -185,7 +191,7 @@ impl<H: Hardware + Clone> Clock<H> {
             }
             None => match m.fallback_ns(cpu) {
                 Some(ns) if ns.wrapping_add(offset) > BEFORE_ZERO => {
-                    return self.raise(cpu, false, 0);
+                    return self.before_zero(cpu, false, ns.wrapping_add(offset));
                 }
                 Some(ns) => {
                     let v = ns.wrapping_add(offset);
@@ -209,6 +215,23 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.after_fresh(v);
         self.raise(cpu, ordered, v)
+    }
+
+    /// A reading `v` below where the clock's timeline started for its
+    /// source ("before 0" on the wrapping timeline, never ~2^64). A little
+    /// below (a step back soon after the start, an AP behind the boot CPU,
+    /// up to [`Settings::max_jump`](super::Settings)): this CPU's floor
+    /// answers, and for a source that does not order readings across CPUs
+    /// the clamp too (what any CPU returned). Further below, no step back
+    /// explains it (a TSC that crossed 2^64 under an absolute map, garbage):
+    /// a held read, counted against the source.
+    #[cold]
+    fn before_zero(&self, cpu: usize, ordered: bool, v: u64) -> u64 {
+        if v.wrapping_neg() <= self.settings.max_jump.as_nanos() {
+            self.raise(cpu, ordered, 0)
+        } else {
+            self.hold(cpu)
+        }
     }
 
     /// A device (HPET, PM timer, Hyper-V MSR, an OS-supplied source): one
@@ -245,7 +268,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let base_ticks = self.base_ticks[i].load(Acquire);
         self.base_ns[i]
             .load(Acquire)
-            .saturating_add(scale.ticks_to_ns(ticks.saturating_sub(base_ticks)))
+            .saturating_add(scale.ticks_to_ns(ticks_since(ticks, base_ticks)))
     }
 
     /// No fresh value: not earlier than anything this CPU, or through the

@@ -174,6 +174,23 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(mut st) = self.watchdog.try_lock() else {
             return WatchdogEvent::Busy;
         };
+        // On a CPU the current source does not serve, nothing is judged,
+        // and nothing a judged tick needs is taken: the restart request,
+        // the guest-stopped latches and the host-fault counts stay for the
+        // next tick that can use them.
+        let cpu = self.hw.cpu_index();
+        let served = |id: SourceId| self.backends.serves(id, cpu);
+        let cur = self.source_id();
+        if !served(cur) {
+            self.backends.each(|b| b.tick());
+            let sources = self.backends.sources();
+            for id in SourceId::ALL.into_iter().filter(|id| served(*id)) {
+                if let Some(s) = sources[id.index()] {
+                    let _ = s.read();
+                }
+            }
+            return WatchdogEvent::NotServed { source: cur };
+        }
         let mut paused = false;
         self.backends.each(|b| {
             b.tick();
@@ -189,6 +206,7 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         let restart = self.restart.swap(false, Ordering::AcqRel);
         let report = *self.report.lock();
+        // (Again: the steps above may have switched.)
         let cur = self.source_id();
         // The members: every constructed, non-demoted source with a rate.
         let sources = self.backends.sources();
@@ -212,16 +230,6 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         // What this CPU cannot read (an unregistered kvmclock area holds
         // its value) is not evidence: it sits the round out.
-        let cpu = self.hw.cpu_index();
-        let served = |id: SourceId| self.backends.serves(id, cpu);
-        if !served(cur) {
-            for id in ids.iter().take(n).flatten() {
-                if let Some(s) = sources[id.index()].filter(|_| served(*id)) {
-                    let _ = s.read();
-                }
-            }
-            return WatchdogEvent::NotServed { source: cur };
-        }
         let Some(cur_m) = ids.iter().position(|i| *i == Some(cur)) else {
             // The current source is demoted (forced): just keep it fed.
             if let Some(s) = self.backends.source(cur) {

@@ -459,10 +459,12 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
     if let Some(h) = &hyperv {
         Backend::tsc_hint(h, &mut hints);
     }
-    // The PIT only where the TSC would otherwise have no rate: no stated
-    // rate (CPUID, hypervisor, OS), no HPET, no PM timer, no OS reference.
+    // The PIT only where the TSC would otherwise have no rate (no stated
+    // rate — CPUID, hypervisor, OS —, no HPET, no PM timer, no OS
+    // reference), or as the self-check's third witness where the TSC is
+    // calibrated and both an HPET and a PM timer could disagree about it.
     let stated = hints.has_stated_rate(cx.hw) || cx.platform.tsc_reference.is_some();
-    let pit_needed = !stated && hpet.is_none() && acpi_pm.is_none();
+    let pit_needed = !stated && hpet.is_some() == acpi_pm.is_some();
     let pit = pit::probe(&mut cx, pit_needed);
     let references: [Option<(&dyn ClockSource, &dyn Backend)>; 3] = [
         hpet.as_ref()

@@ -173,6 +173,10 @@ mod enabled {
             self.check_tsc_adjust_this_cpu()
                 .map_err(|difference| CpuError::TscAdjust { difference })
         }
+        fn resume_this_cpu(&self) -> Result<(), CpuError> {
+            Tsc::resume_this_cpu(self);
+            Ok(())
+        }
     }
 }
 

@@ -396,6 +396,19 @@ impl<H: Hardware> Tsc<H> {
         }
     }
 
+    /// After a resume (S3, a snapshot restore), on each CPU: forgets this
+    /// CPU's floor, so readings follow a TSC that restarted (S3 resets it;
+    /// a restored vCPU's may lie before the old value) instead of holding
+    /// at the old value for as long as the TSC takes to pass it again. The
+    /// caller keeps its own timeline continuous (clockhal's `Clock::resume`
+    /// rebases). A CPU sharing the overflow slot keeps the shared floor.
+    pub fn resume_this_cpu(&self) {
+        let slots = self.hw.slot_pool().get(&self.slot_set);
+        if let Some(slot) = slots.cache(self.hw.cpu_index()) {
+            slot.floor().store(0, Ordering::Release);
+        }
+    }
+
     /// Tells the TSC that CPU `index` runs (e.g. it registered). A CPU other
     /// than the probing one on a TSC counted as single-CPU means the OS has
     /// more CPUs than it said, and nobody tested their TSCs: the TSC is then

@@ -1,0 +1,216 @@
+//! Counters over a long life (found by red-team round 9, each failing
+//! before its fix): a 64-bit HPET that crosses 2^64 froze `now()` for good
+//! (the device's base was subtracted saturating); after an S3 resume the
+//! restarted TSC held at its pre-suspend floor and was demoted as stopped;
+//! a TSC that crosses 2^64 made `now()` jump ~359 years ahead on the TSC
+//! and on kvmclock (TSC maps are absolute in the TSC: the cached window ran
+//! across the wrap and its map gave garbage). The last is now a fault of
+//! the source: never a jump, time holds and the clock switches away (at
+//! the watchdog's next rounds, or `STUCK_READS` held reads later without
+//! one). Only a hostile or
+//! broken host sets a TSC that high: 2^64 ticks are 225 years at 2.6 GHz.
+#![cfg(all(
+    feature = "kvmclock",
+    feature = "tsc",
+    feature = "hpet",
+    feature = "acpi-pm"
+))]
+
+use clockhal::tsc::SyncStatus;
+use clockhal::x86::Hardware;
+use clockhal::{Clock, Duration, Platform, SelfCheck, SourceId, WatchdogEvent};
+use clockhal_sim::{HpetConfig, PitConfig, PmTimerConfig, RtcConfig, SimConfig, SimMachine};
+
+type SimClock = Clock<&'static SimMachine>;
+
+fn leak(m: SimMachine) -> &'static SimMachine {
+    Box::leak(Box::new(m))
+}
+
+fn ms(n: u64) -> u64 {
+    n * 1_000_000
+}
+
+/// What a kernel passes on `m` (as tests/adversarial/mod.rs does).
+fn clock(m: &'static SimMachine) -> SimClock {
+    let cpus = m.cpu_count();
+    let sync = if cpus == 1 {
+        SyncStatus::SingleCpu
+    } else {
+        SyncStatus::Unknown
+    };
+    let mut p = Platform::new()
+        .cpus(cpus)
+        .tsc_sync(sync)
+        .self_check(SelfCheck::new().rate_interval(Duration::from_millis(1)));
+    if let Some(r) = m.hpet_region() {
+        p = p.hpet_region(r);
+    }
+    if let Some(pm) = &m.config().pm_timer {
+        p = p.pm_timer(pm.port, pm.bits32);
+    }
+    if m.config().kvm.is_some() {
+        p = p
+            .pvclock_areas(m.alloc_pvclock_areas(cpus))
+            .pvclock_wall_clock(m.alloc_wall_clock());
+    }
+    let probed = clockhal::probe(m, p);
+    let table = probed.report().table().to_string();
+    probed
+        .into_clock()
+        .unwrap_or_else(|e| panic!("{e}\n{table}"))
+}
+
+/// SimMachine::bare_metal()'s configuration (invariant TSC stated exactly
+/// by leaf 0x15, 64-bit 14.318 MHz HPET, PM timer, PIT, RTC).
+fn bare_cfg() -> SimConfig {
+    SimConfig::cpu(2_592_000_000)
+        .with_invariant_tsc(true)
+        .with_tsc_leaf(2, 216, 24_000_000)
+        .with_hpet(HpetConfig::classic())
+        .with_pm_timer(PmTimerConfig::default())
+        .with_pit(PitConfig::hardware())
+        .with_rtc(RtcConfig::hardware())
+}
+
+fn bad(e: &WatchdogEvent) -> bool {
+    matches!(
+        e,
+        WatchdogEvent::Switched { .. } | WatchdogEvent::Demoted { .. }
+    )
+}
+
+/// Reads every `step_ns`, `n` times; each reading must be within `tol_ns`
+/// of the machine's true elapsed time and never go back.
+fn reads_track_truth(
+    c: &SimClock,
+    m: &SimMachine,
+    n: usize,
+    step_ns: u64,
+    tol_ns: u64,
+    tick: bool,
+) {
+    let origin = m.now_ns() - c.now().as_nanos();
+    let mut last = 0;
+    let mut evs = vec![];
+    for i in 0..n {
+        m.advance(step_ns);
+        if tick {
+            let e = c.watchdog_tick();
+            if bad(&e) {
+                evs.push((i, e));
+            }
+        }
+        let t = c.now().as_nanos();
+        let truth = m.now_ns() - origin;
+        assert!(t >= last, "read {i}: back {last} -> {t}");
+        assert!(
+            t.abs_diff(truth) <= tol_ns,
+            "read {i}: now {t} ns, true elapsed {truth} ns (off by {} ns), source {:?}, TSC {}, events {evs:?}",
+            t as i128 - truth as i128,
+            c.source_id(),
+            m.tsc_of(0)
+        );
+        last = t;
+    }
+    assert!(evs.is_empty(), "{evs:?}\n{}", c.report());
+}
+
+/// Reads every ms across a TSC wrap, a watchdog tick every 250 ms: never
+/// back, never ahead of the truth, behind it by at most the hold before
+/// the switch; the clock leaves the wrapped source.
+fn across_the_wrap(c: &SimClock, m: &SimMachine, wrapped: SourceId) {
+    let origin = m.now_ns() - c.now().as_nanos();
+    let mut last = 0;
+    for i in 0..5_000 {
+        m.advance(ms(1));
+        if i % 250 == 249 {
+            c.watchdog_tick();
+        }
+        let t = c.now().as_nanos();
+        let truth = m.now_ns() - origin;
+        assert!(t >= last, "read {i}: back {last} -> {t}");
+        assert!(
+            t <= truth + ms(2),
+            "read {i}: {t} ns ahead of the truth {truth} ns"
+        );
+        last = t;
+    }
+    let truth = m.now_ns() - origin;
+    assert!(truth - last < ms(1_500), "{last} ns for {truth} ns");
+    assert_ne!(c.source_id(), wrapped, "{}", c.report());
+}
+
+#[test]
+fn a_tsc_crossing_2_64_never_jumps_now_ahead() {
+    let hz = 2_592_000_000u64;
+    let m = leak(
+        bare_cfg()
+            .with_cpus(1, &[(u64::MAX - 2 * hz) as i64])
+            .build(),
+    );
+    let c = clock(m);
+    assert_eq!(c.source_id(), SourceId::Tsc);
+    across_the_wrap(&c, m, SourceId::Tsc);
+}
+
+#[test]
+fn kvmclock_across_a_tsc_wrap_never_jumps_now_ahead() {
+    let hz = 2_600_000_000u64;
+    let m = leak(
+        SimMachine::kvm_config()
+            .with_cpus(1, &[(u64::MAX - 2 * hz) as i64])
+            .build(),
+    );
+    let c = clock(m);
+    assert_eq!(c.source_id(), SourceId::Kvmclock);
+    across_the_wrap(&c, m, SourceId::Kvmclock);
+}
+
+#[test]
+fn s3_with_a_tsc_reset_keeps_the_honest_tsc() {
+    let m = leak(bare_cfg().build());
+    let c = clock(m);
+    assert_eq!(c.source_id(), SourceId::Tsc);
+    for _ in 0..20 {
+        m.advance(ms(250));
+        c.watchdog_tick();
+    }
+    let before = c.now();
+    // S3 for 60 s: the TSC restarts near 0, the HPET is halted and reset,
+    // the PM timer restarts.
+    m.advance(60_000_000_000);
+    let t = m.tsc_of(0);
+    m.step_tsc(Some(0), (t as i64).wrapping_neg().wrapping_add(1_000_000));
+    let region = m.hpet_region().unwrap();
+    m.mmio_write64(region, 0x10, 0);
+    m.mmio_write64(region, 0xF0, 0);
+    m.with_pm_timer(|p, ctx| {
+        let v = p.value(ctx) as u64;
+        p.jump(ctx, (1u64 << 24) - v)
+    });
+    c.resume().unwrap();
+    assert!(c.now() >= before);
+    let mut evs = vec![];
+    for _ in 0..20 {
+        m.advance(ms(250));
+        let e = c.watchdog_tick();
+        if bad(&e) {
+            evs.push(e);
+        }
+    }
+    assert!(evs.is_empty(), "{evs:?}\n{}", c.report());
+    assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report());
+}
+
+#[test]
+fn a_64_bit_hpet_crossing_2_64_keeps_counting() {
+    let mut cfg = bare_cfg();
+    let mut h = HpetConfig::classic();
+    h.initial_counter = u64::MAX - 14_318_180 * 10; // firmware left it 10 s before 2^64
+    cfg.hpet = Some(h);
+    let m = leak(cfg.build());
+    let c = clock(m);
+    c.force(SourceId::Hpet).unwrap(); // or a machine where the HPET is the best source
+    reads_track_truth(&c, m, 200, ms(250), ms(2), true);
+}
