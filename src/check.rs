@@ -107,6 +107,18 @@ pub(crate) type Sources<'a> = [Option<&'a dyn ClockSource>; MAX_CANDIDATES];
 /// be the one in question).
 const PIT_WINDOW_FACTOR: u64 = 8;
 
+/// Whether software-extended `s` can be read twice `interval` apart
+/// without losing a wrap (with room for the brackets).
+fn spans(s: &dyn ClockSource, interval: Duration) -> bool {
+    match s.max_read_interval() {
+        None => true,
+        Some(ticks) => {
+            let ns = Scale::new(s.frequency()).ticks_to_ns(ticks);
+            interval.as_nanos().saturating_mul(2) <= ns
+        }
+    }
+}
+
 /// Runs every check and records demotions in `report`.
 pub(crate) fn run(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     for id in SourceId::ALL {
@@ -197,10 +209,18 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     // the PIT as a witness even where it is only a calibration reference:
     // a third independent rate (its 1.193182 MHz is the specification's)
     // decides between two device counters that disagree.
+    let eligible = |id: SourceId| report.get(id).is_some_and(|c| c.is_eligible());
+    let between_two = eligible(SourceId::Hpet) && eligible(SourceId::AcpiPm);
     let mut ids = [SourceId::Extra; MAX_CANDIDATES];
     let mut n = 0;
     for c in report.ranked() {
-        let witness = c.id == SourceId::Pit && matches!(c.verdict, Verdict::Usable(_));
+        // Only where it can decide (an HPET and a PM timer both measured),
+        // and only over an interval its 16-bit count can span between the
+        // two reads (the pacing reads nothing else).
+        let witness = between_two
+            && c.id == SourceId::Pit
+            && matches!(c.verdict, Verdict::Usable(_))
+            && sources[c.id.index()].is_some_and(|s| spans(s, cfg.rate_interval));
         if (c.is_eligible() || witness) && sources[c.id.index()].is_some() {
             ids[n] = c.id;
             n += 1;

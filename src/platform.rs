@@ -208,8 +208,12 @@ impl<'a> Platform<'a> {
     /// tick, is never touched). The default, a PIT without a read
     /// commitment, makes it the TSC's calibration reference only where
     /// nothing else can give the TSC a rate (no stated rate, no HPET, no PM
-    /// timer: QEMU microvm), as Linux calibrates against the PIT. `None`:
-    /// clockhal never touches the PIT. A commitment
+    /// timer: QEMU microvm), as Linux calibrates against the PIT, and the
+    /// probe's third witness where the TSC has no stated rate and both an
+    /// HPET and a PM timer could disagree about it (its rate is measured
+    /// once, in the self-check; it is never a watchdog member). `None`:
+    /// clockhal never touches the PIT (two disagreeing device counters then
+    /// stay undecided). A commitment
     /// ([`ReadCommitment::EveryMs`](clockhal_pit::ReadCommitment)) also
     /// makes it a clock of last resort.
     #[cfg(feature = "pit")]

@@ -7,9 +7,13 @@
 //! tie-break favouring the PM timer's specified rate is as wrong when the
 //! PM timer is the broken one (5 % fast for good): the PIT, which every PC
 //! has, is now the third witness, and the majority decides both ways.
+//! Round 10: the witness only where an HPET and a PM timer are both
+//! measured and over an interval its 16-bit count spans (microvm lost its
+//! only clock at a 60 ms interval), and never a watchdog member (an honest
+//! PIT was demoted for "drift" on every q35 boot).
 #![cfg(all(feature = "tsc", feature = "hpet", feature = "acpi-pm"))]
 
-use clockhal::{probe, Duration, Platform, SelfCheck, SourceId, Verdict};
+use clockhal::{probe, Duration, Platform, SelfCheck, SourceId, Verdict, WatchdogEvent};
 use clockhal_core::Stability;
 use clockhal_sim::{
     AcpiTablesBuilder, Answer, HpetConfig, PitConfig, PmTimerConfig, SimConfig, SimMachine,
@@ -204,4 +208,88 @@ fn a_pm_timer_off_by_5_percent_is_outvoted_with_the_pit_as_witness() {
             c.report().table()
         );
     }
+}
+
+fn platform(m: &'static SimMachine, rate_interval_ms: u64) -> Platform<'static> {
+    let mut p = Platform::new()
+        .cpus(1)
+        .self_check(SelfCheck::new().rate_interval(Duration::from_millis(rate_interval_ms)));
+    if let Some(r) = m.hpet_region() {
+        p = p.hpet_region(r);
+    }
+    if let Some(pm) = &m.config().pm_timer {
+        p = p.pm_timer(pm.port, pm.bits32);
+    }
+    p
+}
+
+fn leak(m: SimMachine) -> &'static SimMachine {
+    Box::leak(Box::new(m))
+}
+
+/// QEMU microvm (the PIT is the TSC's only reference): a rate interval
+/// longer than one PIT wrap (54.9 ms) makes the calibration-only PIT a
+/// "witness" that lost wraps; the only clock (the TSC) is demoted and the
+/// probe finds no clock. Before round 9 there was nothing to compare
+/// (one eligible candidate) and the TSC was the clock.
+#[test]
+fn microvm_long_rate_interval_keeps_its_only_clock() {
+    let m = leak(SimMachine::qemu_tcg_microvm());
+    let p = probe(m, platform(m, 60));
+    let table = format!("{}", p.report().table());
+    let tsc = p.report().get(SourceId::Tsc).unwrap().verdict;
+    assert!(
+        !matches!(tsc, Verdict::Demoted { .. }),
+        "TSC demoted by the PIT it was calibrated against:\n{table}"
+    );
+    assert!(p.into_clock().is_ok(), "no clock on microvm:\n{table}");
+}
+
+/// A rate interval longer than half a PIT wrap: the PIT cannot witness
+/// (round 10); the probe leaves the HPET/PM disagreement undecided, and the
+/// watchdog's majority (the HPET and the TSC against the PM timer)
+/// demotes the 5 %-fast PM timer within a few ticks.
+#[test]
+fn a_long_rate_interval_leaves_the_pit_out_and_the_watchdog_decides() {
+    let m = leak(SimMachine::qemu_tcg());
+    m.with_pm_timer(|p, ctx| p.set_rate_error_ppm(ctx, 50_000));
+    let c = probe(m, platform(m, 60)).into_clock().unwrap();
+    let (t0, n0) = (c.now().as_nanos(), m.now_ns());
+    for _ in 0..12 {
+        m.advance(250_000_000);
+        c.watchdog_tick();
+    }
+    let pm = c.report().get(SourceId::AcpiPm).unwrap().verdict;
+    assert!(
+        matches!(pm, Verdict::Demoted { .. }),
+        "{}",
+        c.report().table()
+    );
+    let (measured, truth) = (c.now().as_nanos() - t0, m.now_ns() - n0);
+    assert!(
+        measured.abs_diff(truth) < truth / 1000,
+        "{measured} for {truth}"
+    );
+}
+
+/// On q35 (HPET + PM timer, no stated TSC rate) the PIT is now probed
+/// as a witness; the watchdog then judges it at the documented tick period
+/// (250 ms) although its 16-bit counter wraps every 54.9 ms and the OS made
+/// no read commitment: an honest PIT is demoted for "drift -977,218 ppm"
+/// and a demotion event is reported on a healthy machine.
+#[test]
+fn honest_calibration_only_pit_is_not_demoted_by_the_watchdog() {
+    let m = leak(SimMachine::qemu_tcg());
+    let c = probe(m, platform(m, 5)).into_clock().unwrap();
+    let mut events = vec![];
+    for _ in 0..8 {
+        m.advance(250_000_000);
+        events.push(c.watchdog_tick());
+    }
+    let pit = c.report().get(SourceId::Pit).unwrap().verdict;
+    assert!(
+        !matches!(pit, Verdict::Demoted { .. }),
+        "honest PIT demoted: {pit:?}; events {events:?}"
+    );
+    let _ = WatchdogEvent::Inactive;
 }

@@ -217,6 +217,11 @@ impl<H: Hardware + Clone> Clock<H> {
             let (Verdict::Usable(d), Some(_)) = (c.verdict, sources[c.id.index()]) else {
                 continue;
             };
+            // A PIT without a read commitment (a calibration reference, a
+            // probe-time witness) wraps every 54.9 ms: no tick can judge it.
+            if c.id == SourceId::Pit && !d.rating.auto_selectable() && c.id != cur {
+                continue;
+            }
             if n == MAX_MEMBERS {
                 break;
             }

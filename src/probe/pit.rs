@@ -1,7 +1,8 @@
 //! The PIT in the facade: the TSC's calibration reference where nothing
-//! better exists (QEMU microvm: no HPET, no PM timer, no stated rate), and
-//! a clock of last resort only when the OS commits to reading it often
-//! enough ([`Platform::pit`](crate::Platform::pit)).
+//! better exists (QEMU microvm: no HPET, no PM timer, no stated rate), the
+//! self-check's third witness between an HPET and a PM timer where the
+//! TSC has no stated rate, and a clock of last resort only when the OS
+//! commits to reading it often enough ([`Platform::pit`](crate::Platform::pit)).
 
 #[cfg(feature = "pit")]
 mod enabled {
