@@ -20,6 +20,11 @@ use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 /// timeline's start, wrapped: treated as "before 0", never as time.
 pub(crate) const BEFORE_ZERO: u64 = 1 << 63;
 
+/// "Before zero" by more than this (2^60 ns, 36 years) is no real clock's
+/// step back: a TSC that crossed 2^64 (2^64 ticks are 225 years at
+/// 2.6 GHz, 36 years at 16 GHz), garbage.
+pub(crate) const FAR_BEFORE_ZERO_NS: u64 = 1 << 60;
+
 /// The state word's source index bits.
 pub(crate) const ID_MASK: u32 = 0x7F;
 
@@ -218,16 +223,17 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// A reading `v` below where the clock's timeline started for its
-    /// source ("before 0" on the wrapping timeline, never ~2^64). A little
-    /// below (a step back soon after the start, an AP behind the boot CPU,
-    /// up to [`Settings::max_jump`](super::Settings)): this CPU's floor
-    /// answers, and for a source that does not order readings across CPUs
-    /// the clamp too (what any CPU returned). Further below, no step back
-    /// explains it (a TSC that crossed 2^64 under an absolute map, garbage):
-    /// a held read, counted against the source.
+    /// source ("before 0" on the wrapping timeline, never ~2^64). Below by
+    /// anything a real clock can be (a step back soon after the start, an
+    /// AP behind the boot CPU, by any amount up to [`FAR_BEFORE_ZERO_NS`]):
+    /// this CPU's floor answers, and for a source that does not order
+    /// readings across CPUs the clamp too (what any CPU returned), not
+    /// counted. Further below, nothing but garbage explains it (a TSC that
+    /// crossed 2^64 under an absolute map): a held read, counted against
+    /// the source.
     #[cold]
     fn before_zero(&self, cpu: usize, ordered: bool, v: u64) -> u64 {
-        if v.wrapping_neg() <= self.settings.max_jump.as_nanos() {
+        if v.wrapping_neg() <= FAR_BEFORE_ZERO_NS {
             self.raise(cpu, ordered, 0)
         } else {
             self.hold(cpu)
