@@ -16,44 +16,19 @@
     feature = "acpi-pm"
 ))]
 use clockhal::tsc::SyncStatus;
-use clockhal::{Clock, Demotion, Duration, Platform, SelfCheck, SourceId, Verdict, WatchdogEvent};
+use clockhal::{Demotion, SourceId, Verdict, WatchdogEvent};
 use clockhal_sim::{HpetConfig, PvclockUpdate, SimMachine};
 
-type SimClock = Clock<&'static SimMachine>;
+mod adversarial;
+
+use adversarial::{leak, SimClock};
+
 const MS: u64 = 1_000_000;
 
-fn leak<T>(t: T) -> &'static T {
-    Box::leak(Box::new(t))
-}
-
-/// What a kernel passes on `m` (every device it has, one pvclock area per
-/// CPU, the Hyper-V page), warp test "synchronised".
-fn platform(m: &'static SimMachine) -> Platform<'static> {
-    let mut p = Platform::new()
-        .cpus(m.cpu_count())
-        .tsc_sync(SyncStatus::Synchronized)
-        .self_check(SelfCheck::new().rate_interval(Duration::from_millis(1)));
-    if let Some(r) = m.hpet_region() {
-        p = p.hpet_region(r);
-    }
-    if let Some(pm) = &m.config().pm_timer {
-        p = p.pm_timer(pm.port, pm.bits32);
-    }
-    if m.config().kvm.is_some() {
-        p = p
-            .pvclock_areas(m.alloc_pvclock_areas(m.cpu_count()))
-            .pvclock_wall_clock(m.alloc_wall_clock());
-    }
-    if m.config().hyperv.is_some() {
-        p = p
-            .hyperv_tsc_page(m.alloc_hv_page())
-            .hyperv_guest_os_id(clockhal::hyperv::DEFAULT_GUEST_OS_ID);
-    }
-    p
-}
-
+/// What a kernel passes on `m`, warp test "synchronised".
 fn clock(m: &'static SimMachine) -> SimClock {
-    clockhal::probe(m, platform(m)).into_clock().unwrap()
+    let (p, _) = adversarial::platform(m, m.cpu_count(), SyncStatus::Synchronized);
+    clockhal::probe(m, p).into_clock().unwrap()
 }
 
 fn demoted(c: &SimClock) -> Vec<(SourceId, Option<Demotion>)> {
@@ -190,7 +165,7 @@ fn a_stamp_converter_never_converts_what_now_refuses() {
 #[test]
 fn a_not_served_tick_does_not_swallow_resumes_restart() {
     let m = leak(SimMachine::kvm_config().with_cpus(2, &[]).build());
-    let c = clockhal::probe(m, platform(m)).into_clock().unwrap();
+    let c = clock(m);
     m.on_cpu(1, || c.register_this_cpu()).unwrap();
     m.advance(20_000 * MS);
     for _ in 0..3 {
@@ -232,7 +207,7 @@ fn a_not_served_tick_does_not_swallow_restart_watchdog() {
             .with_hpet(HpetConfig::qemu())
             .build(),
     );
-    let c = clockhal::probe(m, platform(m)).into_clock().unwrap();
+    let c = clock(m);
     m.on_cpu(1, || c.register_this_cpu()).unwrap();
     for _ in 0..3 {
         m.advance(250 * MS);
@@ -263,7 +238,7 @@ fn a_not_served_tick_does_not_swallow_restart_watchdog() {
 #[test]
 fn control_resume_without_the_unserved_tick() {
     let m = leak(SimMachine::kvm_config().with_cpus(2, &[]).build());
-    let c = clockhal::probe(m, platform(m)).into_clock().unwrap();
+    let c = clock(m);
     m.on_cpu(1, || c.register_this_cpu()).unwrap();
     m.advance(20_000 * MS);
     for _ in 0..3 {

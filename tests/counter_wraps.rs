@@ -16,50 +16,13 @@
     feature = "acpi-pm"
 ))]
 
-use clockhal::tsc::SyncStatus;
 use clockhal::x86::Hardware;
-use clockhal::{Clock, Duration, Platform, SelfCheck, SourceId, WatchdogEvent};
+use clockhal::{SourceId, WatchdogEvent};
 use clockhal_sim::{HpetConfig, PitConfig, PmTimerConfig, RtcConfig, SimConfig, SimMachine};
 
-type SimClock = Clock<&'static SimMachine>;
+mod adversarial;
 
-fn leak(m: SimMachine) -> &'static SimMachine {
-    Box::leak(Box::new(m))
-}
-
-fn ms(n: u64) -> u64 {
-    n * 1_000_000
-}
-
-/// What a kernel passes on `m` (as tests/adversarial/mod.rs does).
-fn clock(m: &'static SimMachine) -> SimClock {
-    let cpus = m.cpu_count();
-    let sync = if cpus == 1 {
-        SyncStatus::SingleCpu
-    } else {
-        SyncStatus::Unknown
-    };
-    let mut p = Platform::new()
-        .cpus(cpus)
-        .tsc_sync(sync)
-        .self_check(SelfCheck::new().rate_interval(Duration::from_millis(1)));
-    if let Some(r) = m.hpet_region() {
-        p = p.hpet_region(r);
-    }
-    if let Some(pm) = &m.config().pm_timer {
-        p = p.pm_timer(pm.port, pm.bits32);
-    }
-    if m.config().kvm.is_some() {
-        p = p
-            .pvclock_areas(m.alloc_pvclock_areas(cpus))
-            .pvclock_wall_clock(m.alloc_wall_clock());
-    }
-    let probed = clockhal::probe(m, p);
-    let table = probed.report().table().to_string();
-    probed
-        .into_clock()
-        .unwrap_or_else(|e| panic!("{e}\n{table}"))
-}
+use adversarial::{clock, leak, ms, SimClock};
 
 /// SimMachine::bare_metal()'s configuration (invariant TSC stated exactly
 /// by leaf 0x15, 64-bit 14.318 MHz HPET, PM timer, PIT, RTC).
@@ -149,7 +112,7 @@ fn a_tsc_crossing_2_64_never_jumps_now_ahead() {
             .with_cpus(1, &[(u64::MAX - 2 * hz) as i64])
             .build(),
     );
-    let c = clock(m);
+    let (c, _) = clock(m);
     assert_eq!(c.source_id(), SourceId::Tsc);
     across_the_wrap(&c, m, SourceId::Tsc);
 }
@@ -162,7 +125,7 @@ fn kvmclock_across_a_tsc_wrap_never_jumps_now_ahead() {
             .with_cpus(1, &[(u64::MAX - 2 * hz) as i64])
             .build(),
     );
-    let c = clock(m);
+    let (c, _) = clock(m);
     assert_eq!(c.source_id(), SourceId::Kvmclock);
     across_the_wrap(&c, m, SourceId::Kvmclock);
 }
@@ -170,7 +133,7 @@ fn kvmclock_across_a_tsc_wrap_never_jumps_now_ahead() {
 #[test]
 fn s3_with_a_tsc_reset_keeps_the_honest_tsc() {
     let m = leak(bare_cfg().build());
-    let c = clock(m);
+    let (c, _) = clock(m);
     assert_eq!(c.source_id(), SourceId::Tsc);
     for _ in 0..20 {
         m.advance(ms(250));
@@ -210,7 +173,7 @@ fn a_64_bit_hpet_crossing_2_64_keeps_counting() {
     h.initial_counter = u64::MAX - 14_318_180 * 10; // firmware left it 10 s before 2^64
     cfg.hpet = Some(h);
     let m = leak(cfg.build());
-    let c = clock(m);
+    let (c, _) = clock(m);
     c.force(SourceId::Hpet).unwrap(); // or a machine where the HPET is the best source
     reads_track_truth(&c, m, 200, ms(250), ms(2), true);
 }

@@ -12,51 +12,16 @@
 ))]
 
 use clockhal::tsc::SyncStatus;
-use clockhal::{Clock, Duration, Platform, SelfCheck, SourceId};
+use clockhal::{Duration, SourceId};
 use clockhal_sim::SimMachine;
 
-type SimClock = Clock<&'static SimMachine>;
-fn leak(m: SimMachine) -> &'static SimMachine {
-    Box::leak(Box::new(m))
-}
-fn ms(n: u64) -> u64 {
-    n * 1_000_000
-}
+mod adversarial;
+
+use adversarial::{clock_with, leak, ms};
+
 fn ticks(m: &SimMachine, ns: u64) -> i64 {
     (ns as u128 * m.config().tsc_hz as u128 / 1_000_000_000) as i64
 }
-fn clock_with(
-    m: &'static SimMachine,
-    f: impl FnOnce(Platform<'static>) -> Platform<'static>,
-) -> SimClock {
-    let cpus = m.cpu_count();
-    let mut p = Platform::new()
-        .cpus(cpus)
-        .tsc_sync(SyncStatus::Unknown)
-        .self_check(SelfCheck::new().rate_interval(Duration::from_millis(1)));
-    if let Some(r) = m.hpet_region() {
-        p = p.hpet_region(r);
-    }
-    if let Some(pm) = &m.config().pm_timer {
-        p = p.pm_timer(pm.port, pm.bits32);
-    }
-    if m.config().kvm.is_some() {
-        p = p
-            .pvclock_areas(m.alloc_pvclock_areas(cpus))
-            .pvclock_wall_clock(m.alloc_wall_clock());
-    }
-    if m.config().hyperv.is_some() {
-        p = p
-            .hyperv_tsc_page(m.alloc_hv_page())
-            .hyperv_guest_os_id(clockhal::hyperv::DEFAULT_GUEST_OS_ID);
-    }
-    let probed = clockhal::probe(m, f(p));
-    let report = *probed.report();
-    probed
-        .into_clock()
-        .unwrap_or_else(|e| panic!("no clock: {e}\n{}", report.table()))
-}
-
 /// Hyper-V guest, CPU 1's TSC `behind_ns` behind CPU 0's, the OS's warp test says so.
 /// The clock is `age_ns` old when the AP starts reading; it reads 10,001 times.
 fn hv_ap_behind(
@@ -70,7 +35,7 @@ fn hv_ap_behind(
     let sync = SyncStatus::Unsynchronized {
         worst_backward_ticks: ticks(m, behind_ns) as u64,
     };
-    let c = clock_with(m, |p| {
+    let (c, _) = clock_with(m, |p| {
         let p = p.tsc_sync(sync);
         match max_jump {
             Some(j) => p.max_jump(Duration::from_nanos(j)),
@@ -136,7 +101,7 @@ fn kvm_ap_behind(skew_ns: u64, tsc_behind_ns: u64, age_ns: u64) -> (SourceId, So
     );
     m.advance(ms(60_000));
     m.set_tsc_offset(1, -ticks(m, tsc_behind_ns));
-    let c = clock_with(m, |p| p);
+    let (c, _) = clock_with(m, |p| p);
     let before = c.source_id();
     m.with_kvm(|k, _| k.set_system_time_skew(Some(1), -(skew_ns as i64)));
     m.advance(age_ns);
