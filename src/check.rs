@@ -55,7 +55,10 @@ pub struct SelfCheck {
     pub rate_interval: Duration,
     /// Largest rate disagreement tolerated, in ppm, on top of the measured
     /// uncertainty (default 10,000 = 1%: catches wrong units, stuck or
-    /// half-rate counters; fine drift is the watchdog's job).
+    /// half-rate counters; fine drift is the watchdog's job). A calibration
+    /// reference wrong by less than this passes its error to the TSC
+    /// calibrated from it, and the watchdog cannot tell two disagreeing
+    /// device counters apart without a third: it demotes neither.
     pub rate_tolerance_ppm: u64,
     /// Brackets wider than this are retried and, if always too wide, make
     /// that candidate's rate check inconclusive (default 20 us).
@@ -107,17 +110,11 @@ pub(crate) type Sources<'a> = [Option<&'a dyn ClockSource>; MAX_CANDIDATES];
 /// be the one in question).
 const PIT_WINDOW_FACTOR: u64 = 8;
 
-/// Whether software-extended `s` can be read twice `interval` apart
-/// without losing a wrap (with room for the brackets).
-fn spans(s: &dyn ClockSource, interval: Duration) -> bool {
-    match s.max_read_interval() {
-        None => true,
-        Some(ticks) => {
-            let ns = Scale::new(s.frequency()).ticks_to_ns(ticks);
-            interval.as_nanos().saturating_mul(2) <= ns
-        }
-    }
-}
+/// While pacing, the software-extended candidates are read every this
+/// many pacer reads (microseconds apart, whatever the pacer's rate claims):
+/// no wrap of a short counter (the PIT's 16 bits: 54.9 ms) is lost over a
+/// long interval.
+const FEED_EVERY_READS: u64 = 1_024;
 
 /// Runs every check and records demotions in `report`.
 pub(crate) fn run(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
@@ -214,13 +211,9 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     let mut ids = [SourceId::Extra; MAX_CANDIDATES];
     let mut n = 0;
     for c in report.ranked() {
-        // Only where it can decide (an HPET and a PM timer both measured),
-        // and only over an interval its 16-bit count can span between the
-        // two reads (the pacing reads nothing else).
-        let witness = between_two
-            && c.id == SourceId::Pit
-            && matches!(c.verdict, Verdict::Usable(_))
-            && sources[c.id.index()].is_some_and(|s| spans(s, cfg.rate_interval));
+        // Only where it can decide: an HPET and a PM timer both measured.
+        let witness =
+            between_two && c.id == SourceId::Pit && matches!(c.verdict, Verdict::Usable(_));
         if (c.is_eligible() || witness) && sources[c.id.index()].is_some() {
             ids[n] = c.id;
             n += 1;
@@ -263,6 +256,13 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
         reads += 1;
         if pscale.ticks_to_ns(pacer.read().saturating_sub(p0)) >= cfg.rate_interval.as_nanos() {
             break;
+        }
+        if reads % FEED_EVERY_READS == 0 {
+            for &id in ids.iter().filter(|&&id| id != pacer_id) {
+                if let Some(s) = sources[id.index()].filter(|s| s.max_read_interval().is_some()) {
+                    let _ = s.read();
+                }
+            }
         }
     }
     let mut end = [(Bracketed::default(), false); MAX_CANDIDATES];
@@ -311,7 +311,7 @@ fn rate_domains(report: &Report) -> [CounterDomain; MAX_CANDIDATES] {
 /// The counter domain whose rate `id`'s rate rests on: its own, except a
 /// TSC calibrated (or refined) against another candidate, whose rate is
 /// that candidate's by construction: it cannot vouch for it.
-fn rate_domain(report: &Report, id: SourceId) -> CounterDomain {
+pub(crate) fn rate_domain(report: &Report, id: SourceId) -> CounterDomain {
     #[cfg(feature = "tsc")]
     if let Some(crate::Note::Tsc {
         rate:

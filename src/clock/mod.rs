@@ -29,6 +29,13 @@ pub(crate) use clockhal_core::REVALIDATE_NS;
 /// Consecutive reads without a fresh value after which the clock switches
 /// away from its source by itself (no watchdog needed): a source that
 /// never settles cannot freeze the clock for good.
+///
+/// Not counted: reads of a TSC-based source that lie before the clock's
+/// timeline started for it by less than 2^60 ns (an AP behind the boot
+/// CPU is no fault). So without a watchdog, a TSC that restarts without
+/// [`Clock::resume`] (an S3 the OS did not announce) holds the clock until
+/// it passes its old start again, at most its age when the clock began;
+/// with a watchdog the source is demoted at its next rounds.
 pub const STUCK_READS: u32 = 10_000;
 
 /// Added to the new source's starting point at a switch: covers a reader

@@ -149,6 +149,19 @@ impl<H: Hardware + Clone> Clock<H> {
         }
     }
 
+    /// The domain `id` votes in: its counter's now ([`domain_now`](Self::domain_now)),
+    /// except a TSC calibrated or refined against another member, whose
+    /// rate is that member's by construction (`check::rate_domain`): it
+    /// cannot vouch for it (with it, an HPET 1 % slow and its TSC outvoted
+    /// an honest PM timer). Counters stay counters for the jump check's
+    /// anchor.
+    fn vote_domain(&self, report: &crate::Report, id: SourceId) -> CounterDomain {
+        match self.domain_now(id) {
+            CounterDomain::Tsc => crate::check::rate_domain(report, id),
+            d => d,
+        }
+    }
+
     /// Cross-checks every source and acts on the verdict.
     ///
     /// Call it periodically from one place (a timer), every 100 ms to 1 s
@@ -228,7 +241,7 @@ impl<H: Hardware + Clone> Clock<H> {
             ids[n] = Some(c.id);
             members[n] = Some(Member {
                 rate: d.frequency,
-                domain: self.domain_now(c.id),
+                domain: self.vote_domain(&report, c.id),
                 conditional: self.conditional(c.id),
             });
             n += 1;
