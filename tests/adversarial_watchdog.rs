@@ -521,3 +521,51 @@ fn kvmclock_and_its_tsc_are_one_vote_against_the_hpet() {
         c.report().table()
     );
 }
+
+/// The supervised TSC of QEMU TCG (calibrated against the HPET) while the
+/// PM timer drifts 1,000 ppm (red-team round 13: the watchdog chose its
+/// reference by vote domain, so the TSC — voting as the HPET — was judged
+/// against the PM timer and demoted, though the HPET agreed with it). The
+/// TSC stays; while it does, and after the drifting PM timer is judged,
+/// TSC changes of 1 % are still caught within a few ticks.
+#[test]
+fn a_drifting_pm_timer_never_demotes_a_tsc_calibrated_against_the_hpet() {
+    for m in [SimMachine::qemu_tcg(), SimMachine::qemu_tcg_pc()] {
+        let m = leak(m);
+        let (c, _) = clock(m);
+        race(&c, m, &[0], false, |r| ticks(&c, m, r, 40, 20));
+        assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
+        let events = race(&c, m, &[0], false, |r| {
+            m.with_pm_timer(|p, ctx| p.set_rate_error_ppm(ctx, 1_000));
+            ticks(&c, m, r, 16, 20)
+        });
+        assert!(
+            !events.iter().any(|e| matches!(
+                e,
+                WatchdogEvent::Switched {
+                    from: SourceId::Tsc,
+                    ..
+                }
+            )),
+            "{events:?}\n{}",
+            c.report().table()
+        );
+        assert_eq!(c.source_id(), SourceId::Tsc);
+        // Supervision still works: a TSC 1 % fast is left within 5 ticks.
+        let events = race(&c, m, &[0], false, |r| {
+            let hz = m.tsc_state().hz();
+            m.set_tsc_hz(hz / 100 * 101);
+            ticks(&c, m, r, 12, 20)
+        });
+        let at = events.iter().position(|e| {
+            matches!(
+                e,
+                WatchdogEvent::Switched {
+                    from: SourceId::Tsc,
+                    ..
+                }
+            )
+        });
+        assert!(matches!(at, Some(i) if i <= 4), "{events:?}");
+    }
+}

@@ -270,9 +270,12 @@ impl<H: Hardware + Clone> Clock<H> {
         if !same || restart {
             st.core = Some((Watchdog::new(&members[..n], self.settings.watchdog), key));
         }
-        let cur_domain = members[cur_m].domain;
         // The reference: the best other member that needs no supervision,
-        // preferring a counter of another domain than the current one.
+        // preferring another *counter* than the current one's (by counter,
+        // not vote: a TSC calibrated against the HPET is judged against the
+        // HPET, with which it agrees by construction, and a disagreeing PM
+        // timer then finds no majority instead of blaming the TSC).
+        let cur_counter = self.domain_now(cur);
         let reference = (0..n)
             .filter(|&i| i != cur_m && ids[i].is_some_and(served))
             .max_by_key(|&i| {
@@ -282,7 +285,7 @@ impl<H: Hardware + Clone> Clock<H> {
                     .get(id)
                     .and_then(|c| c.rating())
                     .map_or(i32::MIN, |q| q.get());
-                (!m.conditional, m.domain != cur_domain, rating)
+                (!m.conditional, self.domain_now(id) != cur_counter, rating)
             })
             .unwrap_or(0);
         let (Some(ref_id), Some((core, _))) = (ids[reference], st.core.as_mut()) else {
