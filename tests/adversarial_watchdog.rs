@@ -569,3 +569,28 @@ fn a_drifting_pm_timer_never_demotes_a_tsc_calibrated_against_the_hpet() {
         assert!(matches!(at, Some(i) if i <= 4), "{events:?}");
     }
 }
+
+/// A PIT the OS committed to reading every 10 ms, while another source is
+/// current (red-team round 12: demoted for "drift -977,218 ppm" on every
+/// profile; the commitment holds only while the PIT is the clock, so the
+/// 250 ms ticks cannot judge it otherwise). It is never a member then.
+#[test]
+fn a_committed_pit_that_is_not_current_is_never_judged() {
+    use clockhal::pit::{PitOptions, ReadCommitment};
+    for m in [SimMachine::qemu_tcg(), SimMachine::bare_metal()] {
+        let m = leak(m);
+        let (c, _) = clock_with(m, |p| {
+            p.pit(Some(PitOptions {
+                as_clock: ReadCommitment::EveryMs(10),
+            }))
+        });
+        assert_ne!(c.source_id(), SourceId::Pit);
+        let events = race(&c, m, &[0], false, |r| ticks(&c, m, r, 16, 20));
+        let pit = c.report().get(SourceId::Pit).unwrap().verdict;
+        assert!(
+            !matches!(pit, Verdict::Demoted { .. }),
+            "{events:?}\n{}",
+            c.report().table()
+        );
+    }
+}

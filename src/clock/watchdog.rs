@@ -230,9 +230,12 @@ impl<H: Hardware + Clone> Clock<H> {
             let (Verdict::Usable(d), Some(_)) = (c.verdict, sources[c.id.index()]) else {
                 continue;
             };
-            // A PIT without a read commitment (a calibration reference, a
-            // probe-time witness) wraps every 54.9 ms: no tick can judge it.
-            if c.id == SourceId::Pit && !d.rating.auto_selectable() && c.id != cur {
+            // The PIT's 16-bit count wraps every 54.9 ms: only the current
+            // source's reads (an OS that committed to reading its clock
+            // that often) keep it extended. Not current — a calibration
+            // reference, a probe-time witness, a committed clock of last
+            // resort while another source is current — no tick can judge it.
+            if c.id == SourceId::Pit && c.id != cur {
                 continue;
             }
             if n == MAX_MEMBERS {

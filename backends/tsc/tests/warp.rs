@@ -318,10 +318,15 @@ fn a_partner_that_leaves_early_leaves_its_evidence() {
         let cpu1 = r.cpus.iter().position(|c| *c == 1).unwrap();
         assert_eq!(r.reads[cpu1], reads, "{r}");
         assert!(r.hand_overs[1 - cpu1] <= reads, "{r}");
-        // A few hand-overs both ways still bound the offset; none one way
-        // leaves it open.
+        // A few hand-overs both ways still bound the offset (in step, or
+        // — when a loaded host descheduled a reader mid-hand-over — a bound
+        // too wide to decide: never a warp); none one way leaves it open.
         if r.hand_overs.iter().all(|h| *h > 0) {
-            assert_eq!(r.status(), SyncStatus::Synchronized, "{r}");
+            assert!(
+                matches!(r.status(), SyncStatus::Synchronized | SyncStatus::Unknown),
+                "{r}"
+            );
+            assert!(r.warp().is_none(), "{r}");
         } else {
             assert_eq!(r.status(), SyncStatus::Unknown, "{r}");
             assert!(r
