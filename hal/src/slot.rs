@@ -5,7 +5,7 @@ use crate::TscMap;
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// A reading served from a [`PerCpuSlots`] cache by
-/// [`PerCpuSlots::read_cached`], before any floor is applied.
+/// [`MapSlot::read_cached`], before any floor is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CachedRead {
     /// Nanoseconds from the cached map.
@@ -255,7 +255,26 @@ impl MapSlot {
         })
     }
 
-    /// [`PerCpuSlots::read_cached`] on this slot (see there).
+    /// The cached half of every TSC-based source's read path (see
+    /// [`read_raised`](Self::read_raised) for the whole): this slot's map,
+    /// if it is of `epoch`, its tag equals the source's current token
+    /// (`tag()`, e.g. the pvclock version, read once *after* the TSC) and
+    /// the reading is within the entry's limit. `None` sends the caller to
+    /// its slow path (a CPU without a slot of its own never gets here:
+    /// [`PerCpuSlots::cache`]). No write, no shared line: one cache line of
+    /// this CPU's, plus what `tag` loads.
+    ///
+    /// Only the slot's sequence is loaded before the TSC (`tsc()`, an
+    /// ordered read, waits for earlier loads: the fewer, the sooner); the
+    /// entry and the token are loaded after it. That the token is checked
+    /// once, after the TSC read, is enough because tokens only move
+    /// forward: the entry was validated for `tag` before this read began,
+    /// so at the TSC read the source's token was at least `tag`, and the
+    /// check shows it was at most `tag`. (As in Linux's vDSO, the CPU may
+    /// execute the token load before the TSC read completes; the pairing
+    /// that allows — a TSC value from just after a host update with the
+    /// parameters from just before — is bounded by the update's continuity
+    /// and by the entry's limit.)
     #[inline(always)]
     pub fn read_cached(
         &self,
@@ -361,36 +380,6 @@ impl PerCpuSlots {
             (slot, true) => Some(slot),
             (_, false) => None,
         }
-    }
-
-    /// The read path of every TSC-based source: CPU `cpu`'s cached map, if
-    /// it is of `epoch`, its tag equals the source's current token
-    /// (`tag()`, e.g. the pvclock version, read once *after* the TSC) and
-    /// the reading is within the entry's limit. `None` sends the caller to
-    /// its slow path (always, for a CPU without a slot of its own:
-    /// [`cache`](Self::cache)). No write, no shared line: one cache line of this
-    /// CPU's, plus what `tag` loads.
-    ///
-    /// Only the slot's sequence is loaded before the TSC (`tsc()`, an
-    /// ordered read, waits for earlier loads: the fewer, the sooner); the
-    /// entry and the token are loaded after it. That the token is checked
-    /// once, after the TSC read, is enough because tokens only move
-    /// forward: the entry was validated for `tag` before this read began,
-    /// so at the TSC read the source's token was at least `tag`, and the
-    /// check shows it was at most `tag`. (As in Linux's vDSO, the CPU may
-    /// execute the token load before the TSC read completes; the pairing
-    /// that allows — a TSC value from just after a host update with the
-    /// parameters from just before — is bounded by the update's continuity
-    /// and by the entry's limit.)
-    #[inline(always)]
-    pub fn read_cached(
-        &self,
-        cpu: usize,
-        epoch: u32,
-        tag: impl FnOnce() -> Option<u32>,
-        tsc: impl FnOnce() -> u64,
-    ) -> Option<CachedRead> {
-        self.cache(cpu)?.read_cached(epoch, tag, tsc)
     }
 
     /// [`MapSlot::read_raised`] on CPU `cpu`'s slot; `None` (the slow
@@ -614,8 +603,10 @@ mod tests {
         let last = PER_CPU_SLOTS - 1;
         assert!(slots.get(last).0.store(&entry(8, 0)));
         assert!(slots.cache(last).is_none() && slots.cache(0).is_some());
-        assert!(slots.read_cached(last, 1, || Some(8), || 5).is_none());
-        assert!(slots.read_cached(last + 1, 1, || Some(8), || 5).is_none());
+        for cpu in [last, last + 1] {
+            let read = slots.read_raised(cpu, 1, || Some(8), || 5, |v| v, |_, v| v);
+            assert!(read.is_none(), "cpu {cpu}");
+        }
         slots.get(3).0.floor().store(99, Ordering::Relaxed);
         assert_eq!(slots.max_floor(), 99);
     }

@@ -149,14 +149,14 @@ impl<H: Hardware + Clone> Clock<H> {
         }
     }
 
-    /// The domain `id` votes in: its counter's now ([`domain_now`](Self::domain_now)),
-    /// except a TSC calibrated or refined against another member, whose
-    /// rate is that member's by construction (`check::rate_domain`): it
-    /// cannot vouch for it (with it, an HPET 1 % slow and its TSC outvoted
-    /// an honest PM timer). Counters stay counters for the jump check's
-    /// anchor.
-    fn vote_domain(&self, report: &crate::Report, id: SourceId) -> CounterDomain {
-        match self.domain_now(id) {
+    /// The domain `id`, reading `counter` now ([`domain_now`](Self::domain_now)),
+    /// votes in: its counter's, except a TSC calibrated or refined against
+    /// another member, whose rate is that member's by construction
+    /// (`check::rate_domain`): it cannot vouch for it (with it, an HPET 1 %
+    /// slow and its TSC outvoted an honest PM timer). Counters stay
+    /// counters for the reference and the jump check's anchor.
+    fn vote_domain(report: &crate::Report, id: SourceId, counter: CounterDomain) -> CounterDomain {
+        match counter {
             CounterDomain::Tsc => crate::check::rate_domain(report, id),
             d => d,
         }
@@ -225,6 +225,8 @@ impl<H: Hardware + Clone> Clock<H> {
         let sources = self.backends.sources();
         let mut ids = [None; MAX_MEMBERS];
         let mut members = [None; MAX_MEMBERS];
+        // Each member's counter now (one Hyper-V page sample each, once).
+        let mut counters = [CounterDomain::Tsc; MAX_MEMBERS];
         let mut n = 0;
         for c in report.candidates() {
             let (Verdict::Usable(d), Some(_)) = (c.verdict, sources[c.id.index()]) else {
@@ -242,9 +244,10 @@ impl<H: Hardware + Clone> Clock<H> {
                 break;
             }
             ids[n] = Some(c.id);
+            counters[n] = self.domain_now(c.id);
             members[n] = Some(Member {
                 rate: d.frequency,
-                domain: self.vote_domain(&report, c.id),
+                domain: Self::vote_domain(&report, c.id, counters[n]),
                 conditional: self.conditional(c.id),
             });
             n += 1;
@@ -278,7 +281,6 @@ impl<H: Hardware + Clone> Clock<H> {
         // not vote: a TSC calibrated against the HPET is judged against the
         // HPET, with which it agrees by construction, and a disagreeing PM
         // timer then finds no majority instead of blaming the TSC).
-        let cur_counter = self.domain_now(cur);
         let reference = (0..n)
             .filter(|&i| i != cur_m && ids[i].is_some_and(served))
             .max_by_key(|&i| {
@@ -288,7 +290,7 @@ impl<H: Hardware + Clone> Clock<H> {
                     .get(id)
                     .and_then(|c| c.rating())
                     .map_or(i32::MIN, |q| q.get());
-                (!m.conditional, self.domain_now(id) != cur_counter, rating)
+                (!m.conditional, counters[i] != counters[cur_m], rating)
             })
             .unwrap_or(0);
         let (Some(ref_id), Some((core, _))) = (ids[reference], st.core.as_mut()) else {

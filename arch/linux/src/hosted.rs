@@ -120,6 +120,13 @@ const SHARED_SLOT: usize = PER_CPU_SLOTS - 1;
 /// A thread's [`SLOT`] before its first read.
 const UNCLAIMED: usize = usize::MAX;
 
+/// Frees slot index `i` for another thread (the shared one is never held).
+fn give_back_slot(i: usize) {
+    if i < OWN_SLOTS {
+        SLOTS_TAKEN.fetch_and(!(1 << i), Ordering::AcqRel);
+    }
+}
+
 /// Claims a free slot index, or the shared one when all are taken.
 fn claim_slot() -> usize {
     let mut taken = SLOTS_TAKEN.load(Ordering::Relaxed);
@@ -165,10 +172,7 @@ fn init_release_key() {
 /// Later reads on the thread (from other destructors) use the shared slot.
 extern "C" fn release_slot(value: *mut libc::c_void) {
     SLOT.with(|s| s.store(SHARED_SLOT, Ordering::Relaxed));
-    let i = (value as usize).wrapping_sub(1);
-    if i < OWN_SLOTS {
-        SLOTS_TAKEN.fetch_and(!(1 << i), Ordering::AcqRel);
-    }
+    give_back_slot((value as usize).wrapping_sub(1));
 }
 
 std::thread_local! {
@@ -199,16 +203,11 @@ fn claim_thread_slot() -> usize {
     } else {
         SHARED_SLOT
     };
-    let give_back = |i: usize| {
-        if i < OWN_SLOTS {
-            SLOTS_TAKEN.fetch_and(!(1 << i), Ordering::AcqRel);
-        }
-    };
     // A handler that interrupted this claim and claimed first wins.
     if let Err(winner) =
         SLOT.with(|s| s.compare_exchange(UNCLAIMED, i, Ordering::Relaxed, Ordering::Relaxed))
     {
-        give_back(i);
+        give_back_slot(i);
         return winner;
     }
     if let (Some(key), true) = (key, i < OWN_SLOTS) {
@@ -218,7 +217,7 @@ fn claim_thread_slot() -> usize {
         if set != 0 {
             // No release at exit: not a slot of its own, then.
             SLOT.with(|s| s.store(SHARED_SLOT, Ordering::Relaxed));
-            give_back(i);
+            give_back_slot(i);
             return SHARED_SLOT;
         }
     }

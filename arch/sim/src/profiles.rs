@@ -23,6 +23,11 @@ impl SimMachine {
     /// (69,841,279 fs) at 0xFED00000, 24-bit PM timer at port 0x608, an
     /// 8254 at 105/88 MHz and an MC146818 RTC (data-sheet behaviour).
     pub fn bare_metal() -> SimMachine {
+        Self::bare_metal_config().build()
+    }
+
+    /// The configuration behind [`SimMachine::bare_metal`].
+    pub fn bare_metal_config() -> SimConfig {
         SimConfig::cpu(2_592_000_000)
             .with_invariant_tsc(true)
             .with_tsc_leaf(2, 216, 24_000_000)
@@ -30,7 +35,6 @@ impl SimMachine {
             .with_pm_timer(PmTimerConfig::default())
             .with_pit(PitConfig::hardware())
             .with_rtc(RtcConfig::hardware())
-            .build()
     }
 
     /// QEMU/KVM q35 with kvmclock: [`qemu_kvm`](Self::qemu_kvm).

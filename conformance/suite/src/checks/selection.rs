@@ -51,33 +51,33 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, selected: Option<&str>)
         return;
     };
 
+    // A failure that names no checked source (no read cost to report).
+    let fail_unplaced = |rep: &mut Reporter<'_>, d| {
+        rep.report(
+            None,
+            name,
+            Check::Selected,
+            Status::Fail,
+            Value::None,
+            "cycles",
+            &d,
+        )
+    };
     let named = ctx.objects_named(name);
     if named > 1 {
         // Which of them the OS uses, the name cannot say: none passes.
-        rep.report(
-            None,
-            name,
-            Check::Selected,
-            Status::Fail,
-            Value::None,
-            "cycles",
-            &detail!(
+        return fail_unplaced(
+            rep,
+            detail!(
                 "ambiguous: {named} different sources (counting the reference) are named {name}"
             ),
         );
-        return;
     }
     let Some(sel) = ctx.sources.iter().position(|s| s.name() == name) else {
-        rep.report(
-            None,
-            name,
-            Check::Selected,
-            Status::Fail,
-            Value::None,
-            "cycles",
-            &detail!("the selected source was not among the checked sources"),
+        return fail_unplaced(
+            rep,
+            detail!("the selected source was not among the checked sources"),
         );
-        return;
     };
     let source = ctx.sources[sel];
     let cost = rep.cost[sel].unwrap_or(u64::MAX);
