@@ -18,23 +18,11 @@
 
 use clockhal::x86::Hardware;
 use clockhal::{SourceId, WatchdogEvent};
-use clockhal_sim::{HpetConfig, PitConfig, PmTimerConfig, RtcConfig, SimConfig, SimMachine};
+use clockhal_sim::{HpetConfig, SimMachine};
 
 mod adversarial;
 
 use adversarial::{clock, leak, ms, SimClock};
-
-/// SimMachine::bare_metal()'s configuration (invariant TSC stated exactly
-/// by leaf 0x15, 64-bit 14.318 MHz HPET, PM timer, PIT, RTC).
-fn bare_cfg() -> SimConfig {
-    SimConfig::cpu(2_592_000_000)
-        .with_invariant_tsc(true)
-        .with_tsc_leaf(2, 216, 24_000_000)
-        .with_hpet(HpetConfig::classic())
-        .with_pm_timer(PmTimerConfig::default())
-        .with_pit(PitConfig::hardware())
-        .with_rtc(RtcConfig::hardware())
-}
 
 fn bad(e: &WatchdogEvent) -> bool {
     matches!(
@@ -108,7 +96,7 @@ fn across_the_wrap(c: &SimClock, m: &SimMachine, wrapped: SourceId) {
 fn a_tsc_crossing_2_64_never_jumps_now_ahead() {
     let hz = 2_592_000_000u64;
     let m = leak(
-        bare_cfg()
+        SimMachine::bare_metal_config()
             .with_cpus(1, &[(u64::MAX - 2 * hz) as i64])
             .build(),
     );
@@ -132,7 +120,7 @@ fn kvmclock_across_a_tsc_wrap_never_jumps_now_ahead() {
 
 #[test]
 fn s3_with_a_tsc_reset_keeps_the_honest_tsc() {
-    let m = leak(bare_cfg().build());
+    let m = leak(SimMachine::bare_metal_config().build());
     let (c, _) = clock(m);
     assert_eq!(c.source_id(), SourceId::Tsc);
     for _ in 0..20 {
@@ -168,7 +156,7 @@ fn s3_with_a_tsc_reset_keeps_the_honest_tsc() {
 
 #[test]
 fn a_64_bit_hpet_crossing_2_64_keeps_counting() {
-    let mut cfg = bare_cfg();
+    let mut cfg = SimMachine::bare_metal_config();
     let mut h = HpetConfig::classic();
     h.initial_counter = u64::MAX - 14_318_180 * 10; // firmware left it 10 s before 2^64
     cfg.hpet = Some(h);

@@ -22,6 +22,29 @@ use adversarial::{clock_with, leak, ms};
 fn ticks(m: &SimMachine, ns: u64) -> i64 {
     (ns as u128 * m.config().tsc_hz as u128 / 1_000_000_000) as i64
 }
+/// CPU 1 reads 10,001 times (past `STUCK_READS`) while CPU 0 does not;
+/// every reading is at least CPU 0's last and the AP's previous one. The
+/// source before and after, and the report.
+fn ap_reads_past_stuck_reads(
+    m: &SimMachine,
+    c: &adversarial::SimClock,
+    before: SourceId,
+) -> (SourceId, SourceId, String) {
+    let t_bsp = c.now().as_nanos();
+    let mut last = 0;
+    m.on_cpu(1, || {
+        for _ in 0..10_001 {
+            let t = c.now().as_nanos();
+            assert!(
+                t >= last && t >= t_bsp,
+                "AP went back: {t} < {last}/{t_bsp}"
+            );
+            last = t;
+        }
+    });
+    (before, c.source_id(), format!("{}", c.report()))
+}
+
 /// Hyper-V guest, CPU 1's TSC `behind_ns` behind CPU 0's, the OS's warp test says so.
 /// The clock is `age_ns` old when the AP starts reading; it reads 10,001 times.
 fn hv_ap_behind(
@@ -44,19 +67,7 @@ fn hv_ap_behind(
     });
     let before = c.source_id();
     m.advance(age_ns);
-    let t_bsp = c.now().as_nanos();
-    let mut last = 0;
-    m.on_cpu(1, || {
-        for _ in 0..10_001 {
-            let t = c.now().as_nanos();
-            assert!(
-                t >= last && t >= t_bsp,
-                "AP went back: {t} < {last}/{t_bsp}"
-            );
-            last = t;
-        }
-    });
-    (before, c.source_id(), format!("{}", c.report()))
+    ap_reads_past_stuck_reads(m, &c, before)
 }
 
 #[test]
@@ -105,20 +116,8 @@ fn kvm_ap_behind(skew_ns: u64, tsc_behind_ns: u64, age_ns: u64) -> (SourceId, So
     let before = c.source_id();
     m.with_kvm(|k, _| k.set_system_time_skew(Some(1), -(skew_ns as i64)));
     m.advance(age_ns);
-    let t_bsp = c.now().as_nanos();
     m.on_cpu(1, || c.register_this_cpu()).unwrap();
-    let mut last = 0;
-    m.on_cpu(1, || {
-        for _ in 0..10_001 {
-            let t = c.now().as_nanos();
-            assert!(
-                t >= last && t >= t_bsp,
-                "AP went back: {t} < {last}/{t_bsp}"
-            );
-            last = t;
-        }
-    });
-    (before, c.source_id(), format!("{}", c.report()))
+    ap_reads_past_stuck_reads(m, &c, before)
 }
 
 #[test]
