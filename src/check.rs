@@ -23,9 +23,11 @@
 //! that disagree are decided by the majority. With only two candidates that
 //! disagree, the one whose rate clockhal estimated (the TSC, an OS-supplied
 //! source) loses; otherwise nobody is demoted and the run-time watchdog has
-//! the last word.
+//! the last word. The vote is [`clockhal_core::consensus::decide`], the
+//! watchdog's own rule.
 
 use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
+use clockhal_core::consensus::{decide, Vote};
 use clockhal_core::{ppm, Bracketed, ClockSource, CounterDomain, Duration, Scale};
 
 /// Tuning for the probe-time self-check.
@@ -331,7 +333,10 @@ pub(crate) fn rate_domain(report: &Report, id: SourceId) -> CounterDomain {
     crate::clock::domain(id)
 }
 
-/// Demotes the candidates the measurements single out (see module docs).
+/// Demotes the candidates the measurements single out: the consensus
+/// rule the watchdog uses too ([`clockhal_core::consensus`]), over the
+/// candidates in rank order, with the estimated rate as the conditional
+/// side of a two-way disagreement when exactly two were measured.
 fn judge(
     report: &mut Report,
     rel: &[Option<Relative>; MAX_CANDIDATES],
@@ -339,52 +344,29 @@ fn judge(
     ranked: &[SourceId],
     tol: u64,
 ) {
-    let agree = |a: &Relative, b: &Relative| {
-        a.ppm.abs_diff(b.ppm)
-            <= tol
-                .saturating_add(a.uncertainty_ppm)
-                .saturating_add(b.uncertainty_ppm)
-    };
-    let measured = || ranked.iter().filter_map(|id| rel[id.index()]);
-    let dom = |a: &Relative| domains[a.id.index()];
-    // The other counter domains `a` agrees with (a domain counts once).
-    let friends = |a: &Relative| {
-        let mut seen = [None; MAX_CANDIDATES];
-        let mut n = 0;
-        for b in measured().filter(|b| dom(b) != dom(a) && agree(a, b)) {
-            if !seen[..n].contains(&Some(dom(&b))) {
-                seen[n] = Some(dom(&b));
-                n += 1;
-            }
+    let mut votes = [None::<Vote>; MAX_CANDIDATES];
+    let mut measured = [0usize; MAX_CANDIDATES];
+    let mut n = 0;
+    for (k, id) in ranked.iter().enumerate().take(MAX_CANDIDATES) {
+        votes[k] = rel[id.index()].map(|r| Vote {
+            skew_ppm: r.ppm,
+            uncertainty_ppm: r.uncertainty_ppm,
+            domain: domains[id.index()],
+            conditional: id.rate_is_estimated(),
+        });
+        if votes[k].is_some() {
+            measured[n] = k;
+            n += 1;
         }
-        n
-    };
-    let most = measured().map(|a| friends(&a)).max().unwrap_or(0);
-    if most >= 1 {
-        // The best-ranked member of the largest agreeing group is the anchor.
-        let Some(anchor) = measured().find(|a| friends(a) == most) else {
-            return;
-        };
-        let losers = measured().filter(|a| friends(a) == 0);
-        let mut out = [None; MAX_CANDIDATES];
-        for (k, a) in losers.enumerate() {
-            out[k] = Some(a);
-        }
-        for a in out.into_iter().flatten() {
-            demote(report, a, &anchor);
-        }
-        return;
     }
-    // Exactly two measured and they disagree: the estimated rate loses.
-    let mut it = measured();
-    if let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) {
-        if agree(&a, &b) {
-            return;
-        }
-        match (a.id.rate_is_estimated(), b.id.rate_is_estimated()) {
-            (true, false) => demote(report, a, &b),
-            (false, true) => demote(report, b, &a),
-            _ => {}
+    let pair = (n == 2).then_some((measured[0], measured[1]));
+    let c = decide(&votes, tol, None, pair);
+    let Some(anchor) = c.anchor().and_then(|k| rel[ranked[k].index()]) else {
+        return;
+    };
+    for (k, id) in ranked.iter().enumerate().take(MAX_CANDIDATES) {
+        if let (true, Some(loser)) = (c.outvoted[k], rel[id.index()]) {
+            demote(report, loser, &anchor);
         }
     }
 }

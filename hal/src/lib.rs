@@ -9,6 +9,7 @@ extern crate std;
 mod bracket;
 mod cell;
 mod clamp;
+pub mod consensus;
 mod extend;
 mod frequency;
 #[cfg(feature = "fugit")]
@@ -32,6 +33,7 @@ pub use bracket::{ppm, Bracketed};
 pub use cell::AtomicCell;
 pub use cell::{Cell64, CriticalSectionCell, DefaultCell};
 pub use clamp::{ClampGranule, MonotonicClamp};
+pub use consensus::{decide, Consensus, Decision, Vote};
 pub use extend::WrapExtender;
 pub use frequency::{Frequency, FrequencyError};
 #[cfg(feature = "fugit")]

@@ -14,7 +14,10 @@
 //! Over the interval between two rounds (measured on the reference's
 //! timeline) each member's elapsed time is compared with every other's.
 //! Two members *agree* when their rates differ by at most
-//! [`WatchdogConfig::max_skew_ppm`] plus the rounds' uncertainty.
+//! [`WatchdogConfig::max_skew_ppm`] plus the rounds' uncertainty. The rule
+//! below is [`consensus::decide`](crate::consensus::decide), the one the
+//! probe's self-check uses too; the watchdog adds strikes, pauses and the
+//! reference's own failures.
 //!
 //! - **Three or more members:** the watchdog looks for the largest group of
 //!   members that agree among themselves, counting *independent* evidence:
@@ -45,34 +48,12 @@
 //! so) are skipped without forgetting the strikes, so frequent pauses do
 //! not disable drift detection.
 
+pub use crate::consensus::CounterDomain;
+use crate::consensus::{decide, Decision, Vote};
 use crate::{ppm, Bracketed, Duration, Frequency, Scale};
 
 /// Most members one watchdog can compare.
 pub const MAX_MEMBERS: usize = 16;
-
-/// The hardware counter a member's readings come from: members of one
-/// domain can fail together (the TSC stops in a deep C-state: the TSC,
-/// kvmclock and the Hyper-V page all stop), so they count as one vote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub enum CounterDomain {
-    /// The CPU's time-stamp counter (TSC, kvmclock, Hyper-V page).
-    Tsc,
-    /// The HPET main counter.
-    Hpet,
-    /// The ACPI PM timer.
-    AcpiPm,
-    /// The 8254 PIT.
-    Pit,
-    /// The hypervisor's partition reference counter (Hyper-V MSR).
-    HypervisorCounter,
-    /// The host OS's clock (hosted mode).
-    HostOs,
-    /// A counter clockhal does not know (OS-supplied source), numbered by
-    /// the caller so that distinct ones count separately.
-    Other(u8),
-}
 
 /// Tuning for a [`Watchdog`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -479,66 +460,41 @@ impl Watchdog {
             }
         }
         let tol = self.config.max_skew_ppm.saturating_add(unc);
-        let agree = |a: usize, b: usize| match (skew[a], skew[b]) {
-            (Some(x), Some(y)) => x.abs_diff(y) <= tol,
-            _ => false,
-        };
-        let judged_now: [bool; MAX_MEMBERS] =
-            core::array::from_fn(|i| skew[i].is_some() && fault[i].is_none());
-        let judged = |i: usize| judged_now[i];
-
-        // The largest agreeing group by independent domains.
-        let mut best_seed = None;
-        let mut best_weight = 0usize;
-        for seed in (0..MAX_MEMBERS).filter(|&i| judged(i)) {
-            let w = self.domain_weight(|j| judged(j) && agree(seed, j));
-            if w > best_weight || (w == best_weight && seed == reference) {
-                best_weight = w;
-                best_seed = Some(seed);
-            }
-        }
-        // A majority needs no rival: a disjoint group, disagreeing with it,
-        // of as many domains (two against two decides nothing).
-        let rivalled = best_seed.is_some_and(|seed| {
-            (0..MAX_MEMBERS)
-                .filter(|&j| judged(j) && !agree(seed, j))
-                .any(|j| {
-                    self.domain_weight(|k| judged(k) && agree(j, k) && !agree(seed, k))
-                        >= best_weight
-                })
+        let votes: [Option<Vote>; MAX_MEMBERS] = core::array::from_fn(|i| {
+            let (m, _) = self.member(i)?;
+            let skew_ppm = skew[i].filter(|_| fault[i].is_none())?;
+            Some(Vote {
+                skew_ppm,
+                uncertainty_ppm: 0,
+                domain: m.domain,
+                conditional: m.conditional,
+            })
         });
+        let pair = (current != reference).then_some((current, reference));
+        let consensus = decide(&votes, tol, Some(reference), pair);
         let mut outcome = Outcome::Judged;
-        match best_seed {
-            Some(seed) if best_weight >= 2 && !rivalled => {
-                let consensus = skew[seed].unwrap_or(0);
-                for i in (0..MAX_MEMBERS).filter(|&i| judged(i)) {
-                    if !agree(seed, i) {
-                        let s = skew[i].unwrap_or(0).saturating_sub(consensus);
-                        fault[i] = Some(Fault::Drift { skew_ppm: s });
-                    }
+        match consensus.decision {
+            Decision::Majority { anchor } => {
+                let centre = skew[anchor].unwrap_or(0);
+                for i in (0..MAX_MEMBERS).filter(|&i| consensus.outvoted[i]) {
+                    let s = skew[i].unwrap_or(0).saturating_sub(centre);
+                    fault[i] = Some(Fault::Drift { skew_ppm: s });
                 }
             }
-            _ => {
-                // No independent majority: two-way rules between the
-                // current member and the reference.
-                if current != reference && judged(current) && !agree(current, reference) {
-                    let (Some((c, _)), Some((r, _))) =
-                        (self.member(current), self.member(reference))
-                    else {
-                        return Judgement::only(Outcome::Skipped);
-                    };
-                    let s = skew[current].unwrap_or(0);
-                    if c.conditional && !r.conditional {
-                        fault[current] = Some(Fault::Drift { skew_ppm: s });
-                    } else if r.conditional && !c.conditional {
-                        fault[reference] = Some(Fault::Drift {
-                            skew_ppm: s.saturating_neg(),
-                        });
-                    } else {
-                        outcome = Outcome::Disagreement { skew_ppm: s };
-                    }
-                }
+            // The reference's skew is 0: the current member's is the
+            // disagreement.
+            Decision::TwoWay { loser, winner } => {
+                let s = skew[loser]
+                    .unwrap_or(0)
+                    .saturating_sub(skew[winner].unwrap_or(0));
+                fault[loser] = Some(Fault::Drift { skew_ppm: s });
             }
+            Decision::Undecided => {
+                outcome = Outcome::Disagreement {
+                    skew_ppm: skew[current].unwrap_or(0),
+                };
+            }
+            Decision::NoFault => {}
         }
 
         for i in 0..MAX_MEMBERS {
@@ -590,22 +546,6 @@ impl Watchdog {
 
     fn member(&self, i: usize) -> Option<(Member, Scale)> {
         self.members.get(i).copied().flatten()
-    }
-
-    /// Distinct domains among the members `pick` selects.
-    fn domain_weight(&self, pick: impl Fn(usize) -> bool) -> usize {
-        let mut seen = [None::<CounterDomain>; MAX_MEMBERS];
-        let mut n = 0;
-        for i in (0..MAX_MEMBERS).filter(|&i| pick(i)) {
-            let Some((m, _)) = self.member(i) else {
-                continue;
-            };
-            if !seen[..n].contains(&Some(m.domain)) {
-                seen[n] = Some(m.domain);
-                n += 1;
-            }
-        }
-        n
     }
 }
 
