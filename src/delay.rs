@@ -94,8 +94,7 @@ impl<'a> Delay<'a> {
 
     fn wait(&mut self, d: Duration) {
         let c = self.clock;
-        let end = c.now().saturating_add(d);
-        if crate::wait::spin_until(|| c.now(), end, || true).is_err() {
+        if crate::wait::spin_for(|| c.now(), d, c.resolution()).is_err() {
             self.stalls = self.stalls.saturating_add(1);
         }
     }

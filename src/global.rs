@@ -40,7 +40,7 @@
 //! ```
 
 use crate::Clock;
-use clockhal_core::Instant;
+use clockhal_core::{Duration, Instant};
 use clockhal_x86::Hardware;
 use core::fmt;
 
@@ -73,6 +73,13 @@ pub trait ClockNow: Sync {
     fn unix_time_ns(&self) -> Option<u64> {
         None
     }
+    /// The largest step between two readings (a coarse counter's tick, a
+    /// clamp granule): a reading may lie up to this far below the true
+    /// time, so a wait adds it to end no earlier than asked. The default,
+    /// 1 ns, is right for a clock whose readings are exact to the ns.
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
 }
 
 impl<H: Hardware + Clone> ClockNow for Clock<H> {
@@ -82,6 +89,9 @@ impl<H: Hardware + Clone> ClockNow for Clock<H> {
     }
     fn unix_time_ns(&self) -> Option<u64> {
         Clock::unix_time_ns(self)
+    }
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(self.resolution_ns())
     }
 }
 

@@ -65,6 +65,21 @@ impl fmt::Display for Stalled {
 
 impl core::error::Error for Stalled {}
 
+/// Spins until `d` has passed on a clock whose readings may lie up to
+/// `resolution` below the true time (rounded down to a tick or a clamp
+/// granule): the end is padded by it, so the wait never ends early.
+pub(crate) fn spin_for(
+    mut now: impl FnMut() -> Instant,
+    d: Duration,
+    resolution: Duration,
+) -> Result<(), Stalled> {
+    if d == Duration::ZERO {
+        return Ok(());
+    }
+    let end = now().saturating_add(d).saturating_add(resolution);
+    spin_until(now, end, || true)
+}
+
 /// Spins until `now()` reaches `end`, or `more()` says to stop (checked
 /// once per read), or the clock stalls.
 pub(crate) fn spin_until(

@@ -363,8 +363,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Spins until `d` has passed on this clock. Bounded even if the clock
     /// stops: `Err` after [`STALL_READS`](crate::STALL_READS) identical
     /// readings in a row (see [`Stalled`](crate::Stalled)).
+    /// Lasts at least `d` of true time whatever the source's resolution
+    /// (the end is padded by one tick or clamp granule).
     pub fn spin_for(&self, d: Duration) -> Result<(), crate::Stalled> {
-        crate::wait::spin_until(|| self.now(), self.now().saturating_add(d), || true)
+        let resolution = Duration::from_nanos(self.resolution_ns());
+        crate::wait::spin_for(|| self.now(), d, resolution)
     }
 
     fn current_index(&self) -> usize {
