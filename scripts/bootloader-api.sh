@@ -58,7 +58,7 @@ fi
 
 ACCEL=${ACCEL:-tcg}
 case $ACCEL in
-kvm) ACCEL_ARGS=(-accel kvm -cpu host) ;;
+kvm) ACCEL_ARGS=(-accel kvm -cpu "$(kvm_host_cpu)") ;;
 tcg) ACCEL_ARGS=(-accel tcg -cpu max) ;;
 *)
     echo "ACCEL must be tcg or kvm, not '$ACCEL'" >&2

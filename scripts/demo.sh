@@ -30,7 +30,7 @@ kvm)
         echo "ACCEL=kvm but /dev/kvm cannot be opened read-write" >&2
         exit 1
     fi
-    ACCEL_ARGS=(-accel kvm -cpu host)
+    ACCEL_ARGS=(-accel kvm -cpu "$(kvm_host_cpu)")
     ;;
 tcg) ACCEL_ARGS=(-accel tcg) ;;
 *)

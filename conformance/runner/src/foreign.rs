@@ -382,7 +382,7 @@ fn run_one(c: &ForeignConfig, build: &Build, timeout_s: u64, log: &Path) -> Outc
     let mut cmd = Command::new("qemu-system-x86_64");
     let machine = c.machine();
     cmd.args(crate::qemu::accel_args(machine.accel, machine.args))
-        .args(machine.args)
+        .args(crate::qemu::machine_args(machine.accel, machine.args))
         .args(COMMON_ARGS)
         .args(&boot)
         .stdin(Stdio::null())

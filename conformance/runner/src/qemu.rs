@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// Whether KVM can be used: /dev/kvm opens read/write. `Err` says why not.
@@ -84,7 +85,7 @@ pub fn boot(
         "qemu-system-x86_64",
     ])
     .args(accel_args(config.accel, config.args))
-    .args(config.args)
+    .args(machine_args(config.accel, config.args))
     .args(COMMON_ARGS)
     .arg("-kernel")
     .arg(kernel)
@@ -153,6 +154,74 @@ pub fn run(
 
 /// `-accel <name>`, unless the configuration's own arguments choose the
 /// accelerator's options (`-accel tcg,thread=single`).
+/// The configuration's own arguments, with `-cpu host...` made bootable on
+/// this host: some KVM hosts (this project's machines since late 2026)
+/// refuse QEMU's IA32_ARCH_CAPABILITIES (MSR 0x10a) for `-cpu host`, and
+/// QEMU aborts before the guest runs ("failed to set MSR 0x10a"). The MSR
+/// says nothing about clocks, so where plain `host` fails and
+/// `host,-arch-capabilities` starts, the feature is left out.
+pub fn machine_args(accel: crate::Accel, args: &[&str]) -> Vec<String> {
+    let suffix = match accel {
+        crate::Accel::Kvm => host_cpu_suffix(),
+        _ => "",
+    };
+    let mut out: Vec<String> = Vec::with_capacity(args.len());
+    for (i, a) in args.iter().enumerate() {
+        let after_cpu = i > 0 && args[i - 1] == "-cpu";
+        if after_cpu && a.starts_with("host") && !a.contains("arch-capabilities") {
+            out.push(format!("{a}{suffix}"));
+        } else {
+            out.push((*a).to_string());
+        }
+    }
+    out
+}
+
+/// `""`, or `",-arch-capabilities"` where plain `-cpu host` cannot start
+/// (decided once per run by starting QEMU stopped, `-S`, and quitting).
+pub fn host_cpu_suffix() -> &'static str {
+    static SUFFIX: OnceLock<&'static str> = OnceLock::new();
+    SUFFIX.get_or_init(|| {
+        if kvm_usable().is_err() || starts_stopped("host") {
+            return "";
+        }
+        if starts_stopped("host,-arch-capabilities") {
+            eprintln!(
+                "note: -cpu host fails on this KVM host (IA32_ARCH_CAPABILITIES refused); \
+                 KVM rows run with -cpu host,-arch-capabilities"
+            );
+            return ",-arch-capabilities";
+        }
+        ""
+    })
+}
+
+/// Whether QEMU/KVM with `-cpu cpu` gets as far as a stopped guest.
+fn starts_stopped(cpu: &str) -> bool {
+    let child = Command::new("timeout")
+        .args([
+            "--kill-after=2",
+            "10",
+            "qemu-system-x86_64",
+            "-accel",
+            "kvm",
+        ])
+        .args(["-M", "microvm", "-cpu", cpu, "-S", "-display", "none"])
+        .args(["-serial", "none", "-monitor", "stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        return false;
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        let _ = stdin.write_all(b"quit\n");
+    }
+    child.wait().is_ok_and(|s| s.success())
+}
+
 pub fn accel_args(accel: crate::Accel, args: &[&str]) -> Vec<&'static str> {
     if args.contains(&"-accel") {
         Vec::new()
