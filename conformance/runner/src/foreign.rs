@@ -533,7 +533,17 @@ pub fn run(
         };
         match (c.accel(), kvm, b) {
             (Accel::Kvm, Err(why), _) => Outcome::skipped(c.name, c.accel(), why.clone()),
-            (_, _, Some(b)) => run_one(c, b, timeout_s, &log_dir.join(format!("{}.log", c.name))),
+            (_, _, Some(b)) => {
+                // A firmware boot under this machine's KVM emulates every
+                // page-table write slowly: the bootloader's "Map physical
+                // memory" took 297 s of a loaded 2-core host (60-90 s
+                // idle); a KVM row gets three deadlines.
+                let t = match c.accel() {
+                    Accel::Kvm => timeout_s.saturating_mul(3),
+                    _ => timeout_s,
+                };
+                run_one(c, b, t, &log_dir.join(format!("{}.log", c.name)))
+            }
             (_, _, None) => failed(c, "not built".into()),
         }
     };
