@@ -1,7 +1,7 @@
 //! One probed clock source and what clockhal concluded about it.
 
 use clockhal_core::select::Descriptor;
-use clockhal_core::{Fault, Frequency, Quality, ReadCost, Stability};
+use clockhal_core::{ClockSource, CounterDomain, Fault, Frequency, Quality, ReadCost, Stability};
 use core::fmt;
 
 /// Which clock source a [`Candidate`] is. Every probe lists its candidates
@@ -90,6 +90,24 @@ impl SourceId {
         matches!(self, SourceId::Tsc | SourceId::Extra)
     }
 }
+
+impl SourceId {
+    /// Which counter the source reads (sources of one domain vote once).
+    pub(crate) const fn domain(self) -> CounterDomain {
+        match self {
+            SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc => CounterDomain::Tsc,
+            SourceId::HypervMsr => CounterDomain::HypervisorCounter,
+            SourceId::Hpet => CounterDomain::Hpet,
+            SourceId::AcpiPm => CounterDomain::AcpiPm,
+            SourceId::Pit => CounterDomain::Pit,
+            SourceId::Os => CounterDomain::HostOs,
+            _ => CounterDomain::Other(self.index() as u8),
+        }
+    }
+}
+
+/// Every candidate's source object, by [`SourceId::index`].
+pub(crate) type Sources<'a> = [Option<&'a dyn ClockSource>; MAX_CANDIDATES];
 
 impl fmt::Display for SourceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

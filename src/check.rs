@@ -26,6 +26,7 @@
 //! the last word. The vote is [`clockhal_core::consensus::decide`], the
 //! watchdog's own rule.
 
+use crate::candidate::Sources;
 use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::consensus::{decide, Vote};
 use clockhal_core::{ppm, Bracketed, ClockSource, CounterDomain, Duration, Scale};
@@ -105,7 +106,6 @@ impl SelfCheck {
 }
 
 /// The backends of one probe, indexed by [`SourceId::index`].
-pub(crate) type Sources<'a> = [Option<&'a dyn ClockSource>; MAX_CANDIDATES];
 
 /// How much wider than [`SelfCheck::max_window`] a PIT witness's bracket
 /// may be (its read is three port accesses, and the pacer's own rate may
@@ -306,31 +306,8 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
 /// [`rate_domain`] of every id, by index.
 fn rate_domains(report: &Report) -> [CounterDomain; MAX_CANDIDATES] {
     core::array::from_fn(|i| {
-        SourceId::from_index(i).map_or(CounterDomain::Other(i as u8), |id| rate_domain(report, id))
+        SourceId::from_index(i).map_or(CounterDomain::Other(i as u8), |id| report.rate_domain(id))
     })
-}
-
-/// The counter domain whose rate `id`'s rate rests on: its own, except a
-/// TSC calibrated (or refined) against another candidate, whose rate is
-/// that candidate's by construction: it cannot vouch for it.
-pub(crate) fn rate_domain(report: &Report, id: SourceId) -> CounterDomain {
-    #[cfg(feature = "tsc")]
-    if let Some(crate::Note::Tsc {
-        rate:
-            clockhal_tsc::RateProvenance::Calibrated { reference, .. }
-            | clockhal_tsc::RateProvenance::Refined { reference, .. },
-        ..
-    }) = report.get(id).map(|c| c.note)
-    {
-        let from = SourceId::ALL
-            .into_iter()
-            .find(|r| *r != id && r.default_name() == reference && report.get(*r).is_some());
-        if let Some(r) = from {
-            return crate::clock::domain(r);
-        }
-    }
-    let _ = report;
-    crate::clock::domain(id)
 }
 
 /// Demotes the candidates the measurements single out: the consensus
@@ -492,7 +469,7 @@ mod tests {
                 rates.push((Pit, -900_010));
                 ids.push(Pit);
             }
-            assert_eq!(rate_domain(&r, Tsc), CounterDomain::Hpet);
+            assert_eq!(r.rate_domain(Tsc), CounterDomain::Hpet);
             judge_all(&mut r, &rels(&rates), &ids, 10_000);
             r
         };

@@ -122,6 +122,7 @@ extern crate std;
 mod candidate;
 mod check;
 mod clock;
+mod cpu_error;
 #[cfg(feature = "embedded-hal")]
 mod delay;
 #[cfg(feature = "embedded-time")]
@@ -132,10 +133,12 @@ pub mod global;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod hosted;
 pub mod lapic;
+mod mapped;
 mod platform;
 mod probe;
 mod report;
 mod select;
+mod settings;
 mod wait;
 #[cfg(feature = "rtc")]
 mod wall_clock;
@@ -191,14 +194,18 @@ pub use clockhal_rtc as rtc;
 pub use clockhal_tsc as tsc;
 
 /// Self-check, then selection.
-pub(crate) fn finish(report: &mut Report, sources: &check::Sources<'_>, self_check: &SelfCheck) {
+pub(crate) fn finish(
+    report: &mut Report,
+    sources: &candidate::Sources<'_>,
+    self_check: &SelfCheck,
+) {
     check::run(report, sources, self_check);
     reselect(report, sources);
 }
 
 /// Selection: the name forced by the policy if that candidate was
 /// constructed, else the best eligible candidate (no-trap rule included).
-pub(crate) fn reselect(report: &mut Report, sources: &check::Sources<'_>) {
+pub(crate) fn reselect(report: &mut Report, sources: &candidate::Sources<'_>) {
     let forced = report.force_request().and_then(|name| {
         report
             .candidates()

@@ -32,6 +32,27 @@ impl Default for Report {
 }
 
 impl Report {
+    /// The counter domain whose rate `id`'s rate rests on: its own, except a
+    /// TSC calibrated (or refined) against another candidate, whose rate is
+    /// that candidate's by construction: it cannot vouch for it.
+    pub(crate) fn rate_domain(&self, id: SourceId) -> clockhal_core::CounterDomain {
+        #[cfg(feature = "tsc")]
+        if let Some(crate::Note::Tsc {
+            rate:
+                clockhal_tsc::RateProvenance::Calibrated { reference, .. }
+                | clockhal_tsc::RateProvenance::Refined { reference, .. },
+            ..
+        }) = self.get(id).map(|c| c.note)
+        {
+            let from = SourceId::ALL
+                .into_iter()
+                .find(|r| *r != id && r.default_name() == reference && self.get(*r).is_some());
+            if let Some(r) = from {
+                return r.domain();
+            }
+        }
+        id.domain()
+    }
     /// An empty report (no candidates).
     pub const fn new() -> Report {
         Report {

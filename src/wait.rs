@@ -77,7 +77,11 @@ pub(crate) fn spin_for(
         return Ok(());
     }
     let end = now().saturating_add(d).saturating_add(resolution);
-    spin_until(now, end, || true)
+    // `remaining` is of the wait asked for, not of the pad.
+    spin_until(now, end, || true).map_err(|e| Stalled {
+        remaining: e.remaining.saturating_sub(resolution).min(d),
+        ..e
+    })
 }
 
 /// Spins until `now()` reaches `end`, or `more()` says to stop (checked

@@ -9,16 +9,17 @@ mod stamp;
 mod user_page;
 mod watchdog;
 
-pub(crate) use read::{MapNow, Mapped};
 pub use stamp::{Stamp, StampConverter};
-pub(crate) use watchdog::domain;
 pub use watchdog::WatchdogEvent;
 
+pub use crate::cpu_error::CpuError;
+use crate::mapped::Mapped;
 use crate::probe::Backends;
+pub(crate) use crate::settings::Settings;
 use crate::{Probed, Report, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::{
     ClockSource, Duration, Frequency, Instant, MonotonicClamp, PerCpuSlots, Scale, SlotSet,
-    Stability, WatchdogConfig,
+    Stability,
 };
 use clockhal_x86::Hardware;
 use core::fmt;
@@ -41,31 +42,6 @@ pub const STUCK_READS: u32 = 10_000;
 /// Added to the new source's starting point at a switch: covers a reader
 /// whose re-check of the state raced the switch by a few instructions.
 pub const SWITCH_MARGIN_NS: u64 = 1_000;
-
-/// The run-time tunables of a [`Clock`] (from the [`Platform`](crate::Platform)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Settings {
-    pub(crate) watchdog: WatchdogConfig,
-    /// A supervised TSC stays current only this long after the last
-    /// watchdog tick.
-    pub(crate) supervision_timeout: Duration,
-    /// Readings beyond the last verified instant plus this are checked
-    /// against an independent reference before being returned.
-    pub(crate) max_jump: Duration,
-    /// Resolution of the global clamp.
-    pub(crate) clamp_granule: clockhal_core::ClampGranule,
-}
-
-impl Settings {
-    pub(crate) fn from_platform(p: &crate::Platform<'_>) -> Settings {
-        Settings {
-            watchdog: p.watchdog,
-            supervision_timeout: p.supervision_timeout,
-            max_jump: p.max_jump,
-            clamp_granule: p.clamp_granule,
-        }
-    }
-}
 
 /// No [`Clock`] could be built. Carries the probe's [`Report`], which
 /// says why each candidate was rejected or demoted.
@@ -104,40 +80,6 @@ impl fmt::Display for NoClock {
 }
 
 impl core::error::Error for NoClock {}
-
-/// Why a per-CPU lifecycle step failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CpuError {
-    /// kvmclock refused this CPU (its index is taken by another CPU, has no
-    /// area, or the host did not fill it).
-    #[cfg(feature = "kvmclock")]
-    Kvmclock(clockhal_kvmclock::KvmclockError),
-    /// This CPU's `IA32_TSC_ADJUST` differs from the boot CPU's: the TSCs
-    /// are out of step by `difference` ticks (the TSC is no longer
-    /// auto-selected).
-    TscAdjust {
-        /// |this CPU's TSC_ADJUST - the boot CPU's|.
-        difference: u64,
-    },
-}
-
-impl fmt::Display for CpuError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            #[cfg(feature = "kvmclock")]
-            CpuError::Kvmclock(e) => write!(f, "kvmclock: {e}"),
-            CpuError::TscAdjust { difference } => {
-                write!(
-                    f,
-                    "IA32_TSC_ADJUST differs from the boot CPU's by {difference}"
-                )
-            }
-        }
-    }
-}
-
-impl core::error::Error for CpuError {}
 
 /// A ready clock: the selected source on a nanosecond timeline that never
 /// goes backwards on a CPU, with run-time cross-checking; it owns the
@@ -553,10 +495,10 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Whether some usable, auto-selectable source outside `id`'s counter
     /// domain exists for the watchdog to compare `id` with.
     fn has_watchdog_reference(&self, id: SourceId) -> bool {
-        let own = watchdog::domain(id);
+        let own = id.domain();
         self.report.lock().candidates().any(|c| {
             c.id != id
-                && watchdog::domain(c.id) != own
+                && c.id.domain() != own
                 && matches!(c.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
                 && self.backends.source(c.id).is_some()
         })

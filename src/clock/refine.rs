@@ -19,7 +19,7 @@
 //! reference that runs off by less than the watchdog tolerates (its
 //! `max_skew_ppm`); that error passes on to the TSC.
 
-use super::watchdog::{domain, State};
+use super::watchdog::State;
 use super::Clock;
 use crate::{Note, SourceId, WatchdogEvent};
 use clockhal_core::{Bracketed, ClockSource, CounterDomain, Scale};
@@ -44,7 +44,7 @@ impl<H: Hardware + Clone> Clock<H> {
             )
             && self.source_id() != SourceId::Tsc
             && !self.conditional(ref_id)
-            && domain(ref_id) != CounterDomain::Tsc;
+            && ref_id.domain() != CounterDomain::Tsc;
         if !wanted || paused {
             st.refine = None;
             return None;

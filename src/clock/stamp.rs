@@ -2,8 +2,9 @@
 //! quanta sell), turned into an [`Instant`] later, off the hot path,
 //! through the current source's validated map.
 
-use super::read::{Mapped, BEFORE_ZERO, ID_MASK, SWITCHING};
+use super::read::{BEFORE_ZERO, ID_MASK, SWITCHING};
 use super::Clock;
+use crate::mapped::Mapped;
 use crate::SourceId;
 use clockhal_core::{Instant, TscMap};
 use clockhal_x86::Hardware;

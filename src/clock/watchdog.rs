@@ -125,19 +125,6 @@ pub enum WatchdogEvent {
     },
 }
 
-/// Which counter a source reads (sources of one domain vote once).
-pub(crate) fn domain(id: SourceId) -> CounterDomain {
-    match id {
-        SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc => CounterDomain::Tsc,
-        SourceId::HypervMsr => CounterDomain::HypervisorCounter,
-        SourceId::Hpet => CounterDomain::Hpet,
-        SourceId::AcpiPm => CounterDomain::AcpiPm,
-        SourceId::Pit => CounterDomain::Pit,
-        SourceId::Os => CounterDomain::HostOs,
-        _ => CounterDomain::Other(id.index() as u8),
-    }
-}
-
 impl<H: Hardware + Clone> Clock<H> {
     /// The counter `id` reads now: the Hyper-V page reads the MSR while it
     /// falls back to it (then the two are one vote, not two).
@@ -145,7 +132,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if id == SourceId::HypervPage && self.backends.hyperv_page_falls_back(self.hw.cpu_index()) {
             CounterDomain::HypervisorCounter
         } else {
-            domain(id)
+            id.domain()
         }
     }
 
@@ -157,7 +144,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// counters for the reference and the jump check's anchor.
     fn vote_domain(report: &crate::Report, id: SourceId, counter: CounterDomain) -> CounterDomain {
         match counter {
-            CounterDomain::Tsc => crate::check::rate_domain(report, id),
+            CounterDomain::Tsc => report.rate_domain(id),
             d => d,
         }
     }
@@ -339,7 +326,7 @@ impl<H: Hardware + Clone> Clock<H> {
         reference: &dyn clockhal_core::ClockSource,
         ref_index: usize,
         ids: &[Option<SourceId>],
-        sources: &crate::check::Sources<'_>,
+        sources: &crate::candidate::Sources<'_>,
         served: &dyn Fn(SourceId) -> bool,
     ) -> Round {
         let mut best: Option<Round> = None;
@@ -569,7 +556,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let mut owners = [None; MAX_CANDIDATES];
         let mut k = 0;
         self.backends.each(|b| {
-            let mut s: crate::check::Sources<'_> = [None; MAX_CANDIDATES];
+            let mut s: crate::candidate::Sources<'_> = [None; MAX_CANDIDATES];
             b.sources(&mut s);
             let f = b.host_faults();
             if let Some(i) = s.iter().position(Option::is_some) {

@@ -2,7 +2,7 @@
 
 #[cfg(feature = "acpi-pm")]
 mod enabled {
-    use crate::check::Sources;
+    use crate::candidate::Sources;
     use crate::probe::{Backend, Cx, Probe};
     use crate::{Note, Rejection, SourceId};
     use clockhal_acpi_pm::AcpiPm;

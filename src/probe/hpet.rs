@@ -2,7 +2,7 @@
 
 #[cfg(feature = "hpet")]
 mod enabled {
-    use crate::check::Sources;
+    use crate::candidate::Sources;
     use crate::probe::{Backend, Cx, Probe, HPET_REGION_LEN};
     use crate::{HpetAccess, Rejection, SourceId};
     use clockhal_hpet::Hpet;

@@ -2,8 +2,8 @@
 
 #[cfg(feature = "hyperv")]
 mod enabled {
-    use crate::check::Sources;
-    use crate::clock::{MapNow, Mapped};
+    use crate::candidate::Sources;
+    use crate::mapped::{MapNow, Mapped};
     use crate::probe::{Backend, Cx, Probe, TscHints};
     use crate::{Note, Rejection, SourceId};
     use clockhal_hyperv::{Hyperv, HypervConfig, HypervPageClock, PageError};

@@ -14,7 +14,7 @@ mod kvmclock;
 mod pit;
 mod tsc;
 
-use crate::check::Sources;
+use crate::candidate::Sources;
 use crate::{Candidate, Note, Platform, Rejection, Report, SourceId, MAX_CANDIDATES};
 use clockhal_core::ClockSource;
 use clockhal_x86::acpi::{AcpiClocks, AcpiError};
@@ -182,13 +182,13 @@ impl<H, const IDS: u32> Backend for Disabled<H, IDS> {
     }
 }
 
-impl<H, const IDS: u32> crate::clock::Mapped for Disabled<H, IDS> {
+impl<H, const IDS: u32> crate::mapped::Mapped for Disabled<H, IDS> {
     fn tag(&self, _: usize) -> Option<u32> {
         match *self {
             Disabled::Never(never, _) => match never {},
         }
     }
-    fn map_now(&self, _: usize) -> Option<crate::clock::MapNow> {
+    fn map_now(&self, _: usize) -> Option<crate::mapped::MapNow> {
         match *self {
             Disabled::Never(never, _) => match never {},
         }
@@ -297,7 +297,7 @@ impl<H: Hardware + Clone> Backends<H> {
     /// Whether `id`'s readings on CPU `cpu` are its own: kvmclock's only
     /// where the CPU's area is registered (elsewhere it holds).
     pub(crate) fn serves(&self, id: SourceId, cpu: usize) -> bool {
-        use crate::clock::Mapped;
+        use crate::mapped::Mapped;
         match id {
             SourceId::Kvmclock => self.kvmclock_mapped().is_none_or(|k| k.serves(cpu)),
             _ => true,
@@ -369,7 +369,7 @@ pub struct Probed<H: Hardware + Clone> {
     pub(crate) backends: Backends<H>,
     pub(crate) hw: H,
     pub(crate) report: Report,
-    pub(crate) settings: crate::clock::Settings,
+    pub(crate) settings: crate::settings::Settings,
     pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
 }
 
@@ -413,7 +413,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
     let mut report = Report::new();
     report.set_force_request(platform.policy.force);
     let lease = Lease::take(&hw);
-    let settings = crate::clock::Settings::from_platform(&platform);
+    let settings = crate::settings::Settings::from_platform(&platform);
     if !lease.held() {
         for id in SourceId::ALL {
             report.insert(Candidate::rejected(id, Rejection::HardwareOwned));

@@ -6,7 +6,7 @@
 
 #[cfg(feature = "pit")]
 mod enabled {
-    use crate::check::Sources;
+    use crate::candidate::Sources;
     use crate::probe::{Backend, Cx};
     use crate::{Note, Rejection, SourceId};
     use clockhal_pit::{Pit, ReadCommitment};
