@@ -106,7 +106,7 @@ impl SourceId {
     }
 }
 
-/// Every candidate's source object, by [`SourceId::index`].
+/// The source objects of one probe, indexed by [`SourceId::index`].
 pub(crate) type Sources<'a> = [Option<&'a dyn ClockSource>; MAX_CANDIDATES];
 
 impl fmt::Display for SourceId {

@@ -105,8 +105,6 @@ impl SelfCheck {
     }
 }
 
-/// The backends of one probe, indexed by [`SourceId::index`].
-
 /// How much wider than [`SelfCheck::max_window`] a PIT witness's bracket
 /// may be (its read is three port accesses, and the pacer's own rate may
 /// be the one in question).
