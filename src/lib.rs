@@ -151,6 +151,7 @@ pub mod hosted;
 pub mod lapic;
 mod platform;
 mod probe;
+mod probe_cost;
 mod report;
 mod select;
 mod wait;
@@ -170,6 +171,7 @@ pub use fugit_types::{FugitDuration, FugitInstant};
 pub use global::ClockNow;
 pub use platform::{HpetAccess, Platform};
 pub use probe::{probe, Probed, HPET_REGION_LEN};
+pub use probe_cost::ProbeCost;
 pub use report::{Report, Table};
 pub use wait::{Stalled, STALL_READS};
 
@@ -265,6 +267,7 @@ const _: fn() = || {
     is_format::<HpetAccess<'static>>();
     is_format::<Platform<'static>>();
     is_format::<Report>();
+    is_format::<ProbeCost>();
     is_format::<Table<'static>>();
     #[cfg(target_arch = "x86_64")]
     is_format::<Probed<clockhal_x86::Native>>();
