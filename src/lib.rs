@@ -136,6 +136,7 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod boot;
 mod candidate;
 mod check;
 mod clock;

@@ -1,0 +1,53 @@
+//! From a boot loader's boot information to a [`Platform`]: one module per
+//! protocol, each behind its feature.
+//!
+//! A protocol module's constructor (an `unsafe fn` of
+//! [`BootMemory`], in the seam: it trusts the loader's mapping) reads the
+//! protocol crate's own boot information type; [`BootPlatform::platform`]
+//! hands out a `Platform` borrowing it, with the ACPI tables (the loader's
+//! RSDP, else one found in the BIOS areas). `BootMemory` is owned, so it
+//! can live in the kernel's `init` while the `Platform` borrows it.
+//!
+//! What no protocol says and the OS must still give: the executing CPU's
+//! index ([`Native::with_cpu_index`](clockhal_x86::Native::with_cpu_index)),
+//! a mapping of the HPET's registers ([`Platform::hpet_mapper`]), memory
+//! for kvmclock and the Hyper-V page ([`Platform::pvclock_page`],
+//! [`Platform::hyperv_tsc_page`]) and, without a MADT, the CPU count.
+//!
+//! | protocol | feature | constructor (module with the example) |
+//! |---|---|---|
+//! | bootloader_api 0.11 | `bootloader_api` | `BootMemory::from_bootloader_api` (`boot::bootloader_api`) |
+//! | bootloader 0.9 | `bootloader` | `BootMemory::from_bootloader_0_9` (`boot::bootloader`) |
+
+#[cfg(feature = "bootloader")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bootloader")))]
+pub mod bootloader;
+#[cfg(feature = "bootloader_api")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bootloader_api")))]
+pub mod bootloader_api;
+
+use crate::Platform;
+#[doc(inline)]
+pub use clockhal_x86::boot::{BootError, BootMemory};
+
+/// A [`Platform`] from what the boot loader said.
+pub trait BootPlatform {
+    /// `Platform::new()` with the ACPI tables: [`BootMemory::rsdp`] (the
+    /// loader's RSDP, else one found in the EBDA or BIOS area) read through
+    /// the loader's mapping. Without an RSDP the platform has no ACPI
+    /// (the HPET and PM timer are then rejected, "not configured"; ask
+    /// [`BootMemory::rsdp`] why).
+    ///
+    /// Interrupt-safe: no (may search 129 KiB of memory; a boot-time call).
+    fn platform(&self) -> Platform<'_>;
+}
+
+impl BootPlatform for BootMemory {
+    fn platform(&self) -> Platform<'_> {
+        let platform = Platform::new();
+        match self.rsdp() {
+            Ok(rsdp) => platform.acpi(rsdp, self.phys_memory()),
+            Err(_) => platform,
+        }
+    }
+}
