@@ -74,7 +74,7 @@ for p in "${LIBS[@]}"; do
     cargo build -q -p "$p" --target x86_64-unknown-none --no-default-features
 done
 cargo build -q -p clockhal --target x86_64-unknown-none --no-default-features
-for f in kvmclock hyperv tsc hpet acpi-pm pit rtc defmt embedded-time fugit embedded-hal x86_64 bootloader_api bootloader; do
+for f in kvmclock hyperv tsc hpet acpi-pm pit rtc defmt embedded-time fugit embedded-hal x86_64 bootloader_api bootloader multiboot2 limine; do
     echo "  clockhal --features $f"
     cargo build -q -p clockhal --target x86_64-unknown-none --no-default-features --features "$f"
 done

@@ -1,9 +1,9 @@
 //! From a boot loader's boot information to a [`Platform`]: one module per
 //! protocol, each behind its feature.
 //!
-//! A protocol module's constructor (an `unsafe fn` of
-//! [`BootMemory`], in the seam: it trusts the loader's mapping) reads the
-//! protocol crate's own boot information type; [`BootPlatform::platform`]
+//! A protocol module's constructor (of [`BootMemory`], in the seam;
+//! `unsafe` where it trusts a mapping the loader made) reads the protocol
+//! crate's own boot information type; [`BootPlatform::platform`]
 //! hands out a `Platform` borrowing it, with the ACPI tables (the loader's
 //! RSDP, else one found in the BIOS areas). `BootMemory` is owned, so it
 //! can live in the kernel's `init` while the `Platform` borrows it.
@@ -18,6 +18,9 @@
 //! |---|---|---|
 //! | bootloader_api 0.11 | `bootloader_api` | `BootMemory::from_bootloader_api` (`boot::bootloader_api`) |
 //! | bootloader 0.9 | `bootloader` | `BootMemory::from_bootloader_0_9` (`boot::bootloader`) |
+//! | Multiboot2 (multiboot2 0.24) | `multiboot2` | `BootMemory::from_multiboot2` (`boot::multiboot2`) |
+//! | Limine (limine 0.5) | `limine` | `BootMemory::from_limine` (`boot::limine`) |
+//! | any other | - | [`BootMemory::from_parts`] (the kernel's own mapping and RSDP) |
 
 #[cfg(feature = "bootloader")]
 #[cfg_attr(docsrs, doc(cfg(feature = "bootloader")))]
@@ -25,6 +28,12 @@ pub mod bootloader;
 #[cfg(feature = "bootloader_api")]
 #[cfg_attr(docsrs, doc(cfg(feature = "bootloader_api")))]
 pub mod bootloader_api;
+#[cfg(feature = "limine")]
+#[cfg_attr(docsrs, doc(cfg(feature = "limine")))]
+pub mod limine;
+#[cfg(feature = "multiboot2")]
+#[cfg_attr(docsrs, doc(cfg(feature = "multiboot2")))]
+pub mod multiboot2;
 
 use crate::Platform;
 #[doc(inline)]

@@ -42,6 +42,8 @@ impl Default for LowMemory {
 
 impl LowMemory {
     /// Zeroed low memory (EBDA pointer 0: no EBDA), no tables.
+    ///
+    /// Interrupt-safe: no (allocates 1 MiB).
     pub fn new() -> Self {
         LowMemory {
             low: vec![0; LOW_MEMORY_LEN],
@@ -54,6 +56,8 @@ impl LowMemory {
     /// above 1 MiB (q35, pc) stays separate, its RSDP to be copied low with
     /// [`place_rsdp`](Self::place_rsdp); one inside the first MiB (microvm's
     /// at 0xE0000) is written into low memory, RSDP included.
+    ///
+    /// Interrupt-safe: no (allocates 1 MiB).
     pub fn with_tables(tables: AcpiImage) -> Self {
         let mut mem = Self::new();
         let (base, len) = (tables.rsdp(), tables.bytes().len());
@@ -66,18 +70,24 @@ impl LowMemory {
 
     /// Writes the EBDA segment pointer (the `u16` at 0x40E): the EBDA starts
     /// at `segment << 4`.
+    ///
+    /// Interrupt-safe: yes (no locks; a test helper).
     pub fn set_ebda_segment(&mut self, segment: u16) {
         self.write(0x40E, &segment.to_le_bytes());
     }
 
     /// Copies the table image's RSDP (20 or 36 bytes, as built) to `phys`.
     /// Panics without tables.
+    ///
+    /// Interrupt-safe: no (copies through a `Vec`; a test helper).
     pub fn place_rsdp(&mut self, phys: u64) {
         let rsdp = self.rsdp_bytes().to_vec();
         self.write(phys, &rsdp);
     }
 
     /// The table image's RSDP bytes. Panics without tables.
+    ///
+    /// Interrupt-safe: yes (no locks; a test helper).
     pub fn rsdp_bytes(&self) -> &[u8] {
         let tables = self.tables.as_ref().expect("no ACPI tables");
         let (phys, len) = tables.table(b"RSDP").expect("image without RSDP");
@@ -86,6 +96,8 @@ impl LowMemory {
     }
 
     /// Overwrites low memory at `phys` (panics past 1 MiB).
+    ///
+    /// Interrupt-safe: yes (no locks; a test helper).
     pub fn write(&mut self, phys: u64, data: &[u8]) {
         let at = phys as usize;
         self.low[at..at + data.len()].copy_from_slice(data);
@@ -93,11 +105,15 @@ impl LowMemory {
 
     /// Low memory ends at `len` bytes (an OS that mapped less than the
     /// first MiB); the table image stays readable.
+    ///
+    /// Interrupt-safe: yes (no locks; a test helper).
     pub fn truncate(&mut self, len: usize) {
         self.limit = len.min(LOW_MEMORY_LEN);
     }
 
     /// The table image, if any.
+    ///
+    /// Interrupt-safe: yes (no locks; a test helper).
     pub fn tables(&self) -> Option<&AcpiImage> {
         self.tables.as_ref()
     }

@@ -15,6 +15,12 @@ mod bootloader;
 #[cfg(feature = "bootloader_api")]
 #[cfg_attr(docsrs, doc(cfg(feature = "bootloader_api")))]
 mod bootloader_api;
+#[cfg(feature = "limine")]
+#[cfg_attr(docsrs, doc(cfg(feature = "limine")))]
+mod limine;
+#[cfg(feature = "multiboot2")]
+#[cfg_attr(docsrs, doc(cfg(feature = "multiboot2")))]
+mod multiboot2;
 
 use crate::acpi::{find_rsdp, AcpiError};
 use crate::OffsetMapping;
@@ -25,6 +31,8 @@ use core::fmt;
 pub struct BootMemory {
     phys: OffsetMapping,
     loader_rsdp: Option<u64>,
+    /// Whether the BIOS areas are mapped and may be searched for an RSDP.
+    search_bios: bool,
 }
 
 /// Why a boot information cannot give clockhal its memory.
@@ -55,7 +63,7 @@ impl BootMemory {
     /// As [`OffsetMapping::new`]: physical `0..limit` is mapped readable at
     /// `phys + offset`, without side effects, while the value is used.
     #[cfg_attr(
-        not(any(feature = "bootloader", feature = "bootloader_api")),
+        not(any(feature = "bootloader", feature = "bootloader_api", feature = "limine")),
         allow(dead_code)
     )]
     pub(crate) const unsafe fn new(
@@ -67,6 +75,20 @@ impl BootMemory {
             // SAFETY: the caller's promise, passed on.
             phys: unsafe { OffsetMapping::new(offset, limit) },
             loader_rsdp,
+            search_bios: true,
+        }
+    }
+
+    /// From a mapping the kernel made itself and the RSDP it knows (or
+    /// `None`: [`rsdp`](Self::rsdp) searches the BIOS areas), for loaders
+    /// without an adapter here.
+    ///
+    /// Interrupt-safe: yes (no locks).
+    pub const fn from_parts(phys: OffsetMapping, loader_rsdp: Option<u64>) -> BootMemory {
+        BootMemory {
+            phys,
+            loader_rsdp,
+            search_bios: true,
         }
     }
 
@@ -86,14 +108,17 @@ impl BootMemory {
 
     /// The RSDP: the loader's, else the one [`find_rsdp`] finds in the
     /// EBDA and the BIOS area through the loader's mapping (for loaders
-    /// that pass none, such as bootloader 0.9).
+    /// that pass none, such as bootloader 0.9; not where the loader leaves
+    /// those areas unmapped, Limine from base revision 3).
     ///
     /// Interrupt-safe: yes (no locks), but a search reads up to 129 KiB:
     /// call it at boot.
     pub fn rsdp(&self) -> Result<u64, AcpiError> {
         match self.loader_rsdp {
             Some(rsdp) => Ok(rsdp),
-            None => find_rsdp(&self.phys),
+            None if self.search_bios => find_rsdp(&self.phys),
+            // Limine 3+: the BIOS areas are not mapped.
+            None => Err(AcpiError::NotFound { table: "RSDP" }),
         }
     }
 }

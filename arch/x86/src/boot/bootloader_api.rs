@@ -75,17 +75,13 @@ mod tests {
     fn without_the_physical_memory_mapping_it_says_so() {
         let i = info(&[(0, 0x800_0000)]);
         // SAFETY: fails before anything is mapped.
-        assert_eq!(
-            unsafe { BootMemory::from_bootloader_api(&i) }.map(|_| ()),
-            Err(BootError::NoPhysicalMemoryMapping)
-        );
+        let r = unsafe { BootMemory::from_bootloader_api(&i) };
+        assert_eq!(r.map(|_| ()), Err(BootError::NoPhysicalMemoryMapping));
         let mut i = info(&[]);
         i.physical_memory_offset = Some(0).into();
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { BootMemory::from_bootloader_api(&i) }.map(|_| ()),
-            Err(BootError::EmptyMemoryMap)
-        );
+        let r = unsafe { BootMemory::from_bootloader_api(&i) };
+        assert_eq!(r.map(|_| ()), Err(BootError::EmptyMemoryMap));
     }
 
     #[test]
