@@ -7,7 +7,7 @@
 //! the clock's first nanosecond), so a caller decides what to print.
 //!
 //! No allocation and no `unsafe`: the clock is stored as a
-//! `&'static dyn ClockNow` in a [`spin::Once`] (one acquire load and a
+//! `&'static dyn ClockNow` in a [`spin::Once`](https://docs.rs/spin/0.10/spin/once/struct.Once.html) (one acquire load and a
 //! dynamic call per read). The first `install` wins, for the life of the
 //! program; later ones are refused with [`AlreadyInstalled`].
 //!

@@ -31,63 +31,67 @@
 //!
 //! ## Quick start (kernel)
 //!
-//! ```no_run
+//! The same as the README's; `Boot` stands for what the loader gives.
+//!
+//! ```rust,no_run
+//! use clockhal::x86::acpi::find_rsdp;
+//! use clockhal::x86::paravirt::{PhysMapped, PvclockPage};
+//! use clockhal::x86::{MmioRegion, Native, OffsetMapping};
 //! use clockhal::{Clock, Platform, Policy};
-//! use clockhal_x86::paravirt::{PhysMapped, PvclockPage};
-//! use clockhal_x86::{MmioRegion, Native, OffsetMapping};
-//! use spin::Once;
+//! use spin::Once; // or any once-cell the kernel has
 //!
 //! static CLOCK: Once<Clock<Native>> = Once::new();
-//! // One 32-byte pvclock area per vCPU, in one page-aligned page.
-//! static PVCLOCK: PvclockPage = PvclockPage::new();
+//! static PVCLOCK: PvclockPage = PvclockPage::new(); // one 32-byte area per vCPU, one frame
 //!
-//! # fn virt_to_phys<T: ?Sized>(_: &T) -> u64 { 0 }
-//! # fn map_uncached(_: u64, _: usize) -> usize { 0 }
-//! # fn this_cpu() -> usize { 0 }
-//! fn init_time(rsdp: u64, cpus: usize) -> &'static Clock<Native> {
-//!     // SAFETY: we run at CPL0, let clockhal use the clock MSRs and ports,
-//!     // and `this_cpu` names the executing CPU for a whole clock read.
+//! /// What the loader and the kernel's memory manager tell us (a stand-in:
+//! /// fill it from the boot info).
+//! struct Boot {
+//!     phys_offset: u64,  // all physical memory is mapped at this virtual offset
+//!     rsdp: Option<u64>, // the loader's RSDP; None: search the BIOS areas
+//!     cpus: usize,
+//! }
+//! fn this_cpu() -> usize { 0 } // the executing CPU's index (e.g. from its APIC ID)
+//! fn virt_to_phys<T>(_: &T) -> u64 { unimplemented!("the kernel's page-table walk") }
+//! fn map_uncached(_phys: u64, _len: usize) -> usize { unimplemented!("the kernel's MMIO mapping") }
+//!
+//! fn init_time(boot: &Boot) -> &'static Clock<Native> {
+//!     // SAFETY: CPL0; clockhal may use the clock MSRs and ports; `this_cpu`
+//!     // names the executing CPU for the whole of a clock read.
 //!     let hw = unsafe { Native::new() }.with_cpu_index(this_cpu);
-//!     // SAFETY: all physical memory is mapped at this offset, read-only use.
-//!     let phys = unsafe { OffsetMapping::new(0xFFFF_8000_0000_0000, 1 << 32) };
-//!     // SAFETY: PVCLOCK's physical address is what virt_to_phys returns,
-//!     // and the memory is reserved for the hypervisor's writes.
+//!     // SAFETY: physical memory below 4 GiB is mapped at `phys_offset`, and
+//!     // reading the firmware tables there has no side effects.
+//!     let phys_mem = unsafe { OffsetMapping::new(boot.phys_offset, 1 << 32) };
+//!     // SAFETY: PVCLOCK's guest-physical address, memory reserved for the host.
 //!     let page = unsafe { PhysMapped::new(&PVCLOCK, virt_to_phys(&PVCLOCK)) };
-//!     let mut map_hpet = |phys: u64, len: usize| {
-//!         let virt = map_uncached(phys, len);
-//!         // SAFETY: `virt` maps the HPET registers, uncached.
-//!         unsafe { MmioRegion::new(virt, len) }
-//!     };
-//!     let platform = Platform::new()
-//!         .acpi(rsdp, &phys)
+//!     // SAFETY: `map_uncached` maps the HPET's registers uncached.
+//!     let mut map_hpet = |phys, len| unsafe { MmioRegion::new(map_uncached(phys, len), len) };
+//!     let mut platform = Platform::new()
 //!         .hpet_mapper(&mut map_hpet)
 //!         .pvclock_page(page)
-//!         .cpus(cpus)
-//!         .policy(Policy::new());
+//!         .cpus(boot.cpus)
+//!         .policy(Policy::new()); // may live-migrate (the safe default)
+//!     if let Some(rsdp) = boot.rsdp.or_else(|| find_rsdp(&phys_mem).ok()) {
+//!         platform = platform.acpi(rsdp, &phys_mem); // the HPET, the PM timer, the CPU count
+//!     }
 //!     let probed = clockhal::probe(hw, platform);
-//!     // kern.timecounter.choice-style line, then the full table:
-//!     // println!("{}", probed.report());
+//!     // println!("{}", probed.report());   // kvmclock(400, selected) tsc(290, ...) hpet(250, traps) ...
 //!     // println!("{}", probed.report().table());
 //!     CLOCK.call_once(|| probed.into_clock().expect("no usable clock"))
 //! }
 //!
-//! // On each application processor, before it reads the clock:
-//! fn ap_init(clock: &Clock<Native>) {
-//!     let _ = clock.register_this_cpu(); // kvmclock area, TSC_ADJUST check
-//! }
-//!
-//! // From a periodic timer interrupt (every 100-500 ms):
-//! fn timer_tick(clock: &Clock<Native>) {
+//! fn main() {
+//!     let clock = init_time(&Boot { phys_offset: 0xFFFF_8000_0000_0000, rsdp: None, cpus: 1 });
+//!     // Each AP, before its first read (its kvmclock area, its TSC_ADJUST):
+//!     let _ = clock.register_this_cpu();
+//!     // From a periodic timer interrupt, every 100-500 ms:
 //!     let _event = clock.watchdog_tick();
-//! }
 //!
-//! let clock = init_time(0xE0000, 1);
-//! let t0 = clock.now();
-//! // ... work ...
-//! let took = clock.elapsed(t0);
+//!     let t0 = clock.now();
+//!     // ... work ...
+//!     let _took = clock.elapsed(t0);
+//! }
 //! ```
 //!
-//! `spin::Once` stands for any once-cell the OS has.
 //!
 //! ## Lifecycle
 //!
@@ -112,6 +116,19 @@
 //! | `rtc` | no | wall time from the CMOS RTC: `Clock::set_wall_clock_from_rtc` (ports 0x70/0x71: opt-in) |
 //! | `x86_64` | no | rust-osdev `x86_64` types taken as they are (`x86::paging`: `OffsetMapping::from_x86_64`, `PhysMapped::translated`, `map_mmio`) |
 //! | `std` | no | hosted mode for Linux user space ([`hosted`]) |
+//!
+// Links to items a feature set leaves out point at the features table
+// instead of rendering raw (`RUSTDOCFLAGS="-D warnings"` in every set).
+#![cfg_attr(not(feature = "kvmclock"), doc = "[`kvmclock`]: #features")]
+#![cfg_attr(not(feature = "hyperv"), doc = "[`hyperv`]: #features")]
+#![cfg_attr(
+    not(all(feature = "std", target_arch = "x86_64")),
+    doc = "[`hosted`]: #features"
+)]
+#![cfg_attr(
+    not(feature = "tsc"),
+    doc = "[`Clock::set_tsc_sync`]: #features\n[`Platform::tsc_sync`]: #features"
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
@@ -119,6 +136,7 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod boot;
 mod candidate;
 mod check;
 mod clock;
@@ -136,6 +154,7 @@ pub mod lapic;
 mod mapped;
 mod platform;
 mod probe;
+mod probe_cost;
 mod report;
 mod select;
 mod settings;
@@ -156,10 +175,12 @@ pub use fugit_types::{FugitDuration, FugitInstant};
 pub use global::ClockNow;
 pub use platform::{HpetAccess, Platform};
 pub use probe::{probe, Probed, HPET_REGION_LEN};
+pub use probe_cost::ProbeCost;
 pub use report::{Report, Table};
 pub use wait::{Stalled, STALL_READS};
 
 /// The hardware-free core (trait, scaling, selection, watchdog).
+#[doc(inline)]
 pub use clockhal_core as core_api;
 pub use clockhal_core::{
     ClampGranule, ClockSource, Duration, Fault, Frequency, Instant, MemberVerdict, Migration,
@@ -167,30 +188,39 @@ pub use clockhal_core::{
 };
 /// Linux user-space pieces used by hosted mode (the live pvclock page).
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
+#[doc(inline)]
 pub use clockhal_linux as linux;
 /// The x86_64 hardware seam (`Native`, `MmioRegion`, `PhysMapped`).
+#[doc(inline)]
 pub use clockhal_x86 as x86;
 
 /// The ACPI PM timer backend.
 #[cfg(feature = "acpi-pm")]
+#[doc(inline)]
 pub use clockhal_acpi_pm as acpi_pm;
 /// The HPET backend.
 #[cfg(feature = "hpet")]
+#[doc(inline)]
 pub use clockhal_hpet as hpet;
 /// The Hyper-V backend.
 #[cfg(feature = "hyperv")]
+#[doc(inline)]
 pub use clockhal_hyperv as hyperv;
 /// The kvmclock backend.
 #[cfg(feature = "kvmclock")]
+#[doc(inline)]
 pub use clockhal_kvmclock as kvmclock;
 /// The PIT backend.
 #[cfg(feature = "pit")]
+#[doc(inline)]
 pub use clockhal_pit as pit;
 /// The CMOS RTC reader (wall time: [`Clock::set_wall_clock_from_rtc`]).
 #[cfg(feature = "rtc")]
+#[doc(inline)]
 pub use clockhal_rtc as rtc;
 /// The TSC backend.
 #[cfg(feature = "tsc")]
+#[doc(inline)]
 pub use clockhal_tsc as tsc;
 
 /// Self-check, then selection.
@@ -245,6 +275,7 @@ const _: fn() = || {
     is_format::<HpetAccess<'static>>();
     is_format::<Platform<'static>>();
     is_format::<Report>();
+    is_format::<ProbeCost>();
     is_format::<Table<'static>>();
     #[cfg(target_arch = "x86_64")]
     is_format::<Probed<clockhal_x86::Native>>();

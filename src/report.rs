@@ -1,6 +1,6 @@
 //! The candidate list with verdicts, and how it prints.
 
-use crate::{Candidate, SourceId, Verdict, MAX_CANDIDATES};
+use crate::{Candidate, ProbeCost, SourceId, Verdict, MAX_CANDIDATES};
 use core::fmt::{self, Write};
 
 /// Every candidate a probe considered, with its verdict, and which one is
@@ -23,6 +23,7 @@ pub struct Report {
     selected: Option<SourceId>,
     force: Option<&'static str>,
     forced: bool,
+    cost: ProbeCost,
 }
 
 impl Default for Report {
@@ -60,6 +61,7 @@ impl Report {
             selected: None,
             force: None,
             forced: false,
+            cost: ProbeCost::NONE,
         }
     }
 
@@ -157,6 +159,18 @@ impl Report {
         self.force
     }
 
+    /// What the probe cost: its duration and its reads of trapping
+    /// clocks, per phase and candidate (the table's last line).
+    ///
+    /// Interrupt-safe: yes (reads a copy).
+    pub fn cost(&self) -> &ProbeCost {
+        &self.cost
+    }
+
+    pub(crate) fn cost_mut(&mut self) -> &mut ProbeCost {
+        &mut self.cost
+    }
+
     /// The multi-line table form: name, state (or why not), rating,
     /// frequency, flags, read cost, notes.
     ///
@@ -168,11 +182,13 @@ impl Report {
     /// tsc           usable    -100   2600000000.726 Hz  mono,smp                   no-trap       rate from pvclock
     /// hpet          usable    250    100000000 Hz       mono,smp,inv,migr,trap     one-trap      traps
     /// acpi-pm       usable    150    3579545 Hz         mono,smp,inv,migr,trap,ext one-trap      fast mode
+    /// probe 3.120 ms; 2118 trapping reads (self-check: hpet 1060, acpi-pm 1058)
     /// ```
     ///
     /// Flags are [`Stability`](clockhal_core::Stability)'s short tags; a
     /// footer line says when a forced source was unavailable or nothing is
-    /// usable.
+    /// usable; the last line is the probe's [`cost`](Self::cost) (absent
+    /// when nothing was probed).
     pub fn table(&self) -> Table<'_> {
         Table(self)
     }
@@ -345,6 +361,9 @@ impl fmt::Display for Table<'_> {
         }
         if r.selected.is_none() {
             writeln!(f, "no usable clock source")?;
+        }
+        if r.cost.tsc_ticks() > 0 {
+            writeln!(f, "{}", r.cost)?;
         }
         Ok(())
     }

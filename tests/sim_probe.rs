@@ -733,7 +733,12 @@ fn the_table_lists_every_candidate_with_its_descriptors() {
     let p = probe(&m, platform(&m));
     let table = p.report().table().to_string();
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 8, "{table}");
+    // Header, seven candidates, the probe's cost.
+    assert_eq!(lines.len(), 9, "{table}");
+    assert!(
+        lines[8].starts_with("probe ") && lines[8].contains(" ms; "),
+        "{table}"
+    );
     let pit = lines.iter().find(|l| l.starts_with("pit")).unwrap();
     assert!(
         pit.contains("rejected") && pit.contains("not needed"),

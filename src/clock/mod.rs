@@ -108,7 +108,7 @@ impl core::error::Error for NoClock {}
 ///   with a trusted stable bit, the Hyper-V page and a
 ///   warp-tested TSC are ordered by the host's (or the hardware's) promise,
 ///   not checked per read; the promise is checked where it can be (kvmclock
-///   areas must agree, [`STABLE_AGREEMENT_NS`](crate::kvmclock::STABLE_AGREEMENT_NS);
+///   areas must agree, `kvmclock::STABLE_AGREEMENT_NS`;
 ///   the OS's warp test; `IA32_TSC_ADJUST`), and once broken, reads go
 ///   through the clamp. (A read in flight on another CPU at that moment
 ///   may still finish on the old promise, ahead by up to the disagreement
@@ -526,7 +526,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// A CPU other than the boot CPU registering while the TSC counts as
     /// single-CPU (no [`Platform::cpus`](crate::Platform::cpus), no MADT)
     /// makes its synchronisation unknown: nobody tested the TSCs of the
-    /// CPUs the OS did not mention (see [`set_tsc_sync`](Self::set_tsc_sync)).
+    /// CPUs the OS did not mention (see `Clock::set_tsc_sync`).
     pub fn register_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         let mut tsc_bad = self.more_cpus_than_said();

@@ -15,6 +15,7 @@ mod pit;
 mod tsc;
 
 use crate::candidate::Sources;
+use crate::probe_cost::Counted;
 use crate::{Candidate, Note, Platform, Rejection, Report, SourceId, MAX_CANDIDATES};
 use clockhal_core::ClockSource;
 use clockhal_x86::acpi::{AcpiClocks, AcpiError};
@@ -410,6 +411,7 @@ impl<H: Hardware + Clone> fmt::Debug for Probed<H> {
 ///
 /// Never fails otherwise: what could not be used is in [`Probed::report`].
 pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H> {
+    let started = hw.rdtsc_ordered();
     let mut report = Report::new();
     report.set_force_request(platform.policy.force);
     let lease = Lease::take(&hw);
@@ -466,16 +468,36 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
     let stated = hints.has_stated_rate(cx.hw) || cx.platform.tsc_reference.is_some();
     let pit_needed = !stated && hpet.is_some() == acpi_pm.is_some();
     let pit = pit::probe(&mut cx, pit_needed);
-    let references: [Option<(&dyn ClockSource, &dyn Backend)>; 3] = [
+    // The references' and the self-check's reads go through `Counted`:
+    // the report's trapping-read tally (`ProbeCost`).
+    const REFERENCE_IDS: [SourceId; 3] = [SourceId::Hpet, SourceId::AcpiPm, SourceId::Pit];
+    let counted: [Option<(Counted<'_>, &dyn Backend)>; 3] = [
         hpet.as_ref()
-            .and_then(|h| first_source(h).map(|s| (s, h as &dyn Backend))),
+            .and_then(|h| first_source(h).map(|s| (Counted::new(s), h as &dyn Backend))),
         acpi_pm
             .as_ref()
-            .and_then(|p| first_source(p).map(|s| (s, p as &dyn Backend))),
+            .and_then(|p| first_source(p).map(|s| (Counted::new(s), p as &dyn Backend))),
         pit.as_ref()
-            .and_then(|p| first_source(p).map(|s| (s, p as &dyn Backend))),
+            .and_then(|p| first_source(p).map(|s| (Counted::new(s), p as &dyn Backend))),
     ];
-    let tsc = tsc::probe(&mut cx, &hints, &references);
+    let references = counted
+        .each_ref()
+        .map(|r| r.as_ref().map(|(s, b)| (s as &dyn ClockSource, *b)));
+    let os_reference = cx.platform.tsc_reference.map(Counted::new);
+    let tsc = tsc::probe(
+        &mut cx,
+        &hints,
+        os_reference.as_ref().map(|r| r as &dyn ClockSource),
+        &references,
+    );
+    for (id, r) in REFERENCE_IDS.into_iter().zip(&counted) {
+        if let Some((s, _)) = r {
+            cx.report.cost_mut().set_calibration(id, s.reads());
+        }
+    }
+    if let Some(r) = &os_reference {
+        cx.report.cost_mut().set_os_reference(r.reads());
+    }
     let extra = cx.platform.extra;
     if let Some(e) = extra {
         cx.usable(SourceId::Extra, e, Note::None);
@@ -492,7 +514,21 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
         acpi,
         lease,
     };
-    crate::finish(&mut report, &backends.sources(), &platform.self_check);
+    let sources = backends.sources();
+    let counted = sources.map(|s| s.map(Counted::new));
+    let mut checked: Sources<'_> = [None; MAX_CANDIDATES];
+    for (to, from) in checked.iter_mut().zip(&counted) {
+        *to = from.as_ref().map(|c| c as &dyn ClockSource);
+    }
+    crate::finish(&mut report, &checked, &platform.self_check);
+    for id in SourceId::ALL {
+        if let Some(c) = &counted[id.index()] {
+            report.cost_mut().set_self_check(id, c.reads());
+        }
+    }
+    let took = hw.rdtsc_ordered().wrapping_sub(started);
+    let tsc_rate = report.get(SourceId::Tsc).and_then(|c| c.frequency());
+    report.cost_mut().set_time(took, tsc_rate);
     Probed {
         backends,
         hw,

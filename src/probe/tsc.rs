@@ -82,11 +82,12 @@ mod enabled {
     pub(crate) fn probe<H: Hardware + Clone>(
         cx: &mut Cx<'_, '_, H>,
         hints: &TscHints,
+        os_reference: Option<&dyn ClockSource>,
         references: &[Option<(&dyn ClockSource, &dyn Backend)>],
     ) -> Option<Tsc<H>> {
         let mut options = TscOptions {
             hints: hints.as_slice(),
-            reference: cx.platform.tsc_reference,
+            reference: os_reference,
             sync: cx.platform.tsc_sync,
             cpus: cx.cpus(),
             policy: cx.platform.policy,
@@ -209,6 +210,7 @@ mod enabled {
     pub(crate) fn probe<H: Hardware + Clone>(
         cx: &mut Cx<'_, '_, H>,
         _: &TscHints,
+        _: Option<&dyn ClockSource>,
         _: &[Option<(&dyn ClockSource, &dyn crate::probe::Backend)>],
     ) -> Option<TscBackend<H>> {
         <TscBackend<H> as Probe<H>>::probe(cx)

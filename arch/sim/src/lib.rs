@@ -7,6 +7,7 @@ mod cpuid;
 mod hpet;
 mod hyperv;
 mod kvm;
+mod low_memory;
 mod memory;
 mod overrides;
 mod pit;
@@ -26,6 +27,7 @@ pub use cpuid::{
 pub use hpet::{Hpet, HpetConfig};
 pub use hyperv::{HypervConfig, HypervHost};
 pub use kvm::{KvmConfig, KvmHost, PvclockUpdate};
+pub use low_memory::{LowMemory, LOW_MEMORY_LEN};
 pub use memory::SharedMemory;
 pub use overrides::Answer;
 pub use pit::{Pit8254, PitConfig, PitModel, PIT_HARDWARE_RATE, PIT_KVM_RATE, PIT_QEMU_RATE};

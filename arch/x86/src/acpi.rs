@@ -158,7 +158,8 @@ pub enum AcpiError {
     },
     /// No root table (both RSDT and XSDT addresses zero or unusable).
     NoRootTable,
-    /// The root table lists no table with this signature.
+    /// The root table lists no table with this signature (`"RSDP"`: the
+    /// legacy BIOS areas hold no RSDP, see [`find_rsdp`]).
     NotFound {
         /// Missing table.
         table: &'static str,
@@ -201,6 +202,9 @@ impl fmt::Display for AcpiError {
                 write!(f, "ACPI {table}: implausible length {len}")
             }
             AcpiError::NoRootTable => f.write_str("ACPI: no usable RSDT or XSDT"),
+            AcpiError::NotFound { table: "RSDP" } => f.write_str(
+                "ACPI: no RSDP in the EBDA or at 0xE0000..0xFFFFF (UEFI: pass the configuration table's)",
+            ),
             AcpiError::NotFound { table } => write!(f, "ACPI: no {table} table"),
             AcpiError::ZeroAddress { table } => write!(f, "ACPI {table}: device address is zero"),
             AcpiError::PmTimerLength(n) => write!(f, "ACPI FACP: PM_TMR_LEN is {n}, not 4"),
@@ -390,30 +394,8 @@ impl Root {
 /// Finds the root table from the RSDP at `rsdp`: the XSDT when the RSDP is
 /// revision 2+ and the XSDT is valid, else the RSDT.
 fn root(mem: &impl PhysMemory, rsdp: u64) -> Result<Root, AcpiError> {
-    const T: &str = "RSDP";
-    let mut v1 = [0u8; 20];
-    read(mem, T, rsdp, &mut v1)?;
-    if &v1[..8] != b"RSD PTR " {
-        return Err(AcpiError::BadSignature { table: T });
-    }
-    if byte_sum(mem, T, rsdp, 20)? != 0 {
-        return Err(AcpiError::BadChecksum { table: T });
-    }
-    let revision = v1[15];
-    let rsdt = u32_at(&v1, 16) as u64;
-    let mut xsdt = 0;
-    if revision >= 2 {
-        let mut v2 = [0u8; 36];
-        read(mem, T, rsdp, &mut v2)?;
-        let len = u32_at(&v2, 20);
-        if !(36..=1024).contains(&len) {
-            return Err(AcpiError::BadLength { table: T, len });
-        }
-        if byte_sum(mem, T, rsdp, len)? != 0 {
-            return Err(AcpiError::BadChecksum { table: T });
-        }
-        xsdt = u64_at(&v2, 24);
-    }
+    let Rsdp { rsdt, xsdt, .. } = read_rsdp(mem, rsdp)?;
+    let (rsdt, xsdt) = (rsdt as u64, xsdt.unwrap_or(0));
     // Prefer the XSDT; fall back to the RSDT if the XSDT is broken (Linux
     // does the same), reporting the XSDT's error if both fail.
     let mut first_err = None;
@@ -430,6 +412,190 @@ fn root(mem: &impl PhysMemory, rsdp: u64) -> Result<Root, AcpiError> {
         }
     }
     Err(first_err.unwrap_or(AcpiError::NoRootTable))
+}
+
+/// Where a BIOS keeps the segment of the Extended BIOS Data Area (a `u16`
+/// in the BIOS Data Area).
+pub const EBDA_SEGMENT_POINTER: u64 = 0x40E;
+/// How much of the EBDA is searched for the RSDP (ACPI 6.5, 5.2.5.1: the
+/// first 1 KiB).
+pub const EBDA_SEARCH_LEN: u64 = 1024;
+/// The BIOS read-only memory area searched after the EBDA
+/// (`0xE0000..=0xFFFFF`).
+pub const BIOS_AREA: core::ops::Range<u64> = 0xE_0000..0x10_0000;
+/// The RSDP's alignment in both search areas.
+const RSDP_ALIGN: u64 = 16;
+/// Largest RSDP length (field at offset 20, ACPI 2.0+) accepted: the
+/// structure is 36 bytes; a hostile length must not make us sum a
+/// megabyte.
+const MAX_RSDP_LEN: u32 = 1024;
+
+/// A validated Root System Description Pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Rsdp {
+    /// Physical address of the structure (what [`discover`] and
+    /// `Platform::acpi` take).
+    pub phys: u64,
+    /// The revision byte: 0 for ACPI 1.0 (20 bytes, RSDT only), 2 and up
+    /// for ACPI 2.0+ (extended checksum and XSDT verified). Revision 1 was
+    /// never defined; like ACPICA, anything below 2 is read as 1.0.
+    pub revision: u8,
+    /// The RSDT's physical address (0: none).
+    pub rsdt: u32,
+    /// The XSDT's physical address, for revision 2 and up (may be 0).
+    pub xsdt: Option<u64>,
+}
+
+/// Validates the RSDP at `rsdp`: signature `"RSD PTR "`, the ACPI 1.0
+/// checksum over its first 20 bytes, and for revision 2 and up the
+/// extended checksum over its `length` bytes (36..=1024).
+fn read_rsdp(mem: &impl PhysMemory, rsdp: u64) -> Result<Rsdp, AcpiError> {
+    const T: &str = "RSDP";
+    let mut v1 = [0u8; 20];
+    read(mem, T, rsdp, &mut v1)?;
+    if &v1[..8] != b"RSD PTR " {
+        return Err(AcpiError::BadSignature { table: T });
+    }
+    if v1.iter().fold(0u8, |s, &b| s.wrapping_add(b)) != 0 {
+        return Err(AcpiError::BadChecksum { table: T });
+    }
+    let revision = v1[15];
+    let rsdt = u32_at(&v1, 16);
+    let mut xsdt = None;
+    if revision >= 2 {
+        let mut v2 = [0u8; 36];
+        read(mem, T, rsdp, &mut v2)?;
+        let len = u32_at(&v2, 20);
+        if !(36..=MAX_RSDP_LEN).contains(&len) {
+            return Err(AcpiError::BadLength { table: T, len });
+        }
+        if byte_sum(mem, T, rsdp, len)? != 0 {
+            return Err(AcpiError::BadChecksum { table: T });
+        }
+        xsdt = Some(u64_at(&v2, 24));
+    }
+    Ok(Rsdp {
+        phys: rsdp,
+        revision,
+        rsdt,
+        xsdt,
+    })
+}
+
+/// Validates the RSDP at a known address (from a boot protocol or the UEFI
+/// configuration table): signature, ACPI 1.0 checksum, and for revision 2
+/// and up the bounded length and extended checksum.
+///
+/// Interrupt-safe: yes (reads memory through `mem` only; no locks).
+pub fn rsdp_at(mem: &impl PhysMemory, phys: u64) -> Result<Rsdp, AcpiError> {
+    read_rsdp(mem, phys)
+}
+
+/// Searches for the RSDP where a legacy BIOS puts it and returns its
+/// physical address, for kernels whose loader does not pass one
+/// (bootloader 0.9, multiboot1, most BIOS boots):
+///
+/// 1. the first 1 KiB of the Extended BIOS Data Area, whose segment is the
+///    `u16` at physical 0x40E (skipped when that pointer is unreadable or
+///    does not point into conventional memory, 0x400..0xA0000);
+/// 2. the BIOS area `0xE0000..=0xFFFFF`.
+///
+/// Candidates are the 16-byte boundaries carrying `"RSD PTR "`; the first
+/// that passes [`rsdp_at`]'s checks (ACPI 1.0 checksum; for revision 2+
+/// the bounded length and extended checksum) wins, a failing one is
+/// skipped, as ACPICA does. Paragraphs `mem` cannot read are skipped too,
+/// so `mem` must cover the first MiB (an [`OffsetMapping`] of all physical
+/// memory does).
+///
+/// Errors: the first rejected candidate's error ([`AcpiError::BadChecksum`],
+/// [`AcpiError::BadLength`], or [`AcpiError::Unreadable`] when one runs
+/// past what `mem` can read) if there were candidates but none was valid;
+/// [`AcpiError::Unreadable`] at 0xE0000 when `mem` could read none of the
+/// BIOS area; else [`AcpiError::NotFound`] with table `"RSDP"`.
+///
+/// Under UEFI there is no such scan: the RSDP's physical address is the
+/// `VendorTable` of the system table's configuration-table entry with
+/// `ACPI_20_TABLE_GUID` (`8868e871-e4f1-11d3-bc22-0080c73c8881`, preferred)
+/// or `ACPI_TABLE_GUID` (`eb9d2d30-2d88-11d3-9a16-0090273fc14d`, ACPI 1.0);
+/// boot protocols pass it on (bootloader_api's `rsdp_addr`, Limine's RSDP
+/// request, multiboot2's ACPI tags). The OS hands that address to
+/// [`discover`] or `Platform::acpi` directly (or checks it with
+/// [`rsdp_at`]).
+///
+/// ```
+/// use clockhal_x86::acpi::{find_rsdp, AcpiError};
+/// use clockhal_x86::SliceMemory;
+/// let low = vec![0u8; 0x10_0000]; // the first MiB, as the OS maps it
+/// let mem = SliceMemory::new(0, &low);
+/// assert_eq!(find_rsdp(&mem), Err(AcpiError::NotFound { table: "RSDP" }));
+/// ```
+///
+/// Interrupt-safe: yes (reads memory through `mem` only; no locks), but it
+/// reads up to 129 KiB: call it once at boot.
+///
+/// [`OffsetMapping`]: crate::OffsetMapping
+pub fn find_rsdp(mem: &impl PhysMemory) -> Result<u64, AcpiError> {
+    let (mut first_err, mut readable) = (None, false);
+    if let Some(ebda) = ebda_base(mem) {
+        let end = (ebda + EBDA_SEARCH_LEN).min(EBDA_END);
+        if let Some(found) = scan(mem, ebda..end, &mut first_err, &mut readable) {
+            return Ok(found);
+        }
+    }
+    readable = false; // the error below is about the BIOS area
+    if let Some(found) = scan(mem, BIOS_AREA, &mut first_err, &mut readable) {
+        return Ok(found);
+    }
+    Err(match first_err {
+        Some(e) => e,
+        None if !readable => AcpiError::Unreadable {
+            table: "RSDP",
+            phys: BIOS_AREA.start,
+        },
+        None => AcpiError::NotFound { table: "RSDP" },
+    })
+}
+
+/// End of conventional memory: an EBDA segment must point below it.
+const EBDA_END: u64 = 0xA_0000;
+
+/// The EBDA's physical base from the BIOS Data Area, if it is plausible
+/// (inside conventional memory, above the BDA itself).
+fn ebda_base(mem: &impl PhysMemory) -> Option<u64> {
+    let mut seg = [0u8; 2];
+    if !mem.read(EBDA_SEGMENT_POINTER, &mut seg) {
+        return None;
+    }
+    let base = (u16::from_le_bytes(seg) as u64) << 4;
+    (0x400..EBDA_END).contains(&base).then_some(base)
+}
+
+/// The first valid RSDP on a 16-byte boundary in `area`, noting the first
+/// rejected candidate's error and whether any paragraph was readable.
+fn scan(
+    mem: &impl PhysMemory,
+    area: core::ops::Range<u64>,
+    first_err: &mut Option<AcpiError>,
+    readable: &mut bool,
+) -> Option<u64> {
+    let mut at = area.start.next_multiple_of(RSDP_ALIGN);
+    while at < area.end {
+        let mut sig = [0u8; 8];
+        if !mem.read(at, &mut sig) {
+            at += RSDP_ALIGN;
+            continue;
+        }
+        *readable = true;
+        if &sig == b"RSD PTR " {
+            match read_rsdp(mem, at) {
+                Ok(_) => return Some(at),
+                Err(e) => *first_err = first_err.or(Some(e)),
+            }
+        }
+        at += RSDP_ALIGN;
+    }
+    None
 }
 
 fn hpet_info(mem: &impl PhysMemory, root: &Root) -> Result<HpetInfo, AcpiError> {

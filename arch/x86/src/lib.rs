@@ -2,7 +2,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![no_std]
 
+#[cfg(test)]
+extern crate std;
+
 pub mod acpi;
+pub mod boot;
 pub mod cmos;
 pub mod cpuid;
 mod hardware;

@@ -75,7 +75,7 @@ pub const fn hv_reference_scale(tsc_hz: u64) -> Option<u64> {
 }
 
 /// The sequence a Hyper-V host writes after `prev`: the next value that
-/// [`hv_sequence_valid`] accepts.
+/// `hv_sequence_valid` accepts.
 pub const fn hv_next_sequence(prev: u32) -> u32 {
     match prev.wrapping_add(1) {
         0 | u32::MAX => 1,
