@@ -530,19 +530,24 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// A TSC-based source's own nanoseconds now (for setting its offset).
+    /// While it is current, what the clock returned from it is known to
+    /// the judge of its parameters.
     fn mapped_now_ns(&self, id: SourceId) -> Option<u64> {
-        fn value<M: Mapped>(m: Option<&M>, cpu: usize) -> Option<u64> {
+        fn value<M: Mapped>(m: Option<&M>, cpu: usize, returned: Option<u64>) -> Option<u64> {
             let m = m?;
-            m.map_now(cpu)
+            m.map_now(cpu, returned)
                 .map(|n| n.map.apply(n.tsc))
                 .or_else(|| Mapped::fallback_ns(m, cpu))
         }
         let cpu = self.hw.cpu_index();
         let b = &self.backends;
+        let returned = (id == self.source_id())
+            .then(|| self.returned_by(self.offsets[id.index()].load(Ordering::Acquire)))
+            .flatten();
         match id {
-            SourceId::Kvmclock => value(b.kvmclock_mapped(), cpu),
-            SourceId::HypervPage => value(b.hyperv_page_mapped(), cpu),
-            SourceId::Tsc => value(b.tsc_mapped(), cpu),
+            SourceId::Kvmclock => value(b.kvmclock_mapped(), cpu, returned),
+            SourceId::HypervPage => value(b.hyperv_page_mapped(), cpu, returned),
+            SourceId::Tsc => value(b.tsc_mapped(), cpu, returned),
             _ => None,
         }
     }

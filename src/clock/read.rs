@@ -64,8 +64,11 @@ pub(crate) trait Mapped {
     /// The source's current token for `cpu` (one load), `None` if it has
     /// none (no area).
     fn tag(&self, cpu: usize) -> Option<u32>;
-    /// Its validated map now (the backend judges new parameters).
-    fn map_now(&self, cpu: usize) -> Option<MapNow>;
+    /// Its validated map now (the backend judges new parameters);
+    /// `returned`: the highest value the clock gave from the source's
+    /// earlier parameters, in the source's nanoseconds (`None`: not known
+    /// here), so that new parameters are a step back only against it.
+    fn map_now(&self, cpu: usize, returned: Option<u64>) -> Option<MapNow>;
     /// Whether the source serves CPU `cpu` at all (a kvmclock area is
     /// registered for it): a CPU it does not serve holds without counting
     /// against the source.
@@ -162,7 +165,7 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         let id = (st & ID_MASK) as usize;
         let offset = self.offsets[id].load(Acquire);
-        let (v, ordered) = match m.map_now(cpu) {
+        let (v, ordered) = match m.map_now(cpu, self.returned_by(offset)) {
             Some(now) => {
                 let map = now.map.offset_by(offset);
                 let v = map.apply(now.tsc);
@@ -220,6 +223,17 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.after_fresh(v);
         self.raise(cpu, ordered, v)
+    }
+
+    /// The highest instant returned so far, in the nanoseconds of the
+    /// current source whose `offset` (clock ns = source ns + offset) is
+    /// given; `None` before anything was returned, or when it would lie
+    /// before the source's start (not a value it gave).
+    #[inline]
+    pub(crate) fn returned_by(&self, offset: u64) -> Option<u64> {
+        let high = self.high_water();
+        let v = high.wrapping_sub(offset);
+        (high != 0 && v <= BEFORE_ZERO).then_some(v)
     }
 
     /// A reading `v` below where the clock's timeline started for its

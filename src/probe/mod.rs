@@ -188,7 +188,7 @@ impl<H, const IDS: u32> crate::clock::Mapped for Disabled<H, IDS> {
             Disabled::Never(never, _) => match never {},
         }
     }
-    fn map_now(&self, _: usize) -> Option<crate::clock::MapNow> {
+    fn map_now(&self, _: usize, _: Option<u64>) -> Option<crate::clock::MapNow> {
         match *self {
             Disabled::Never(never, _) => match never {},
         }
