@@ -705,8 +705,13 @@ impl<H: Hardware + Clone> Clock<H> {
     /// page, forgets the continuity of the sources' parameters (the
     /// restored host's timeline may lie before the old one), rebases the
     /// clock so `now()` keeps advancing from the last instant returned,
-    /// and restarts the watchdog. Each application processor then calls
+    /// and restarts the watchdog with every baseline taken again against
+    /// the references as the resume left them (the jump check's anchor,
+    /// the TSC rate refinement's baseline: S3 resets the HPET). Each
+    /// application processor then calls
     /// [`resume_this_cpu`](Self::resume_this_cpu).
+    ///
+    /// Interrupt-safe: no (takes the watchdog lock).
     pub fn resume(&self) -> Result<(), CpuError> {
         self.backends.each(|b| b.resume_machine());
         let r = self.resume_this_cpu();
@@ -714,6 +719,10 @@ impl<H: Hardware + Clone> Clock<H> {
         let start = self.high_water().saturating_add(SWITCH_MARGIN_NS);
         self.page_restored.store(true, Ordering::Release);
         self.start_source(self.source_id(), start);
+        // Every baseline against a reference's count from before the
+        // suspend (the jump check's anchor on an HPET that S3 reset) is
+        // taken again.
+        self.rebaseline(&mut st, start);
         // A rebase, counted like a switch (a measurement spanning it, like
         // `calibrate_lapic`'s, sees the count change).
         self.switches.fetch_add(1, Ordering::Release);

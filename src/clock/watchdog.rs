@@ -535,10 +535,27 @@ impl<H: Hardware + Clone> Clock<H> {
     /// start of the timeline and an independent 64-bit counter's reading
     /// then, so a reading is checked before the first judged round too.
     pub(crate) fn anchor_at_start(&self, start_ns: u64) {
-        let cur = self.source_id();
         let Some(mut st) = self.watchdog.try_lock() else {
             return;
         };
+        self.anchor_at(&mut st, start_ns);
+    }
+
+    /// Forgets every baseline taken against a reference's count before a
+    /// discontinuity the reference may have gone through (S3 resets the
+    /// HPET and the PM timer): the jump check re-anchors at `now_ns` with
+    /// a reading taken now, the rate refinement and the re-admission
+    /// probations start again, the comparison restarts at the next tick.
+    pub(crate) fn rebaseline(&self, st: &mut State, now_ns: u64) {
+        self.anchor_at(st, now_ns);
+        st.refine = None;
+        st.core = None;
+    }
+
+    /// The jump check's anchor: `at_ns` on the clock and an independent
+    /// 64-bit counter's reading now (none without one).
+    fn anchor_at(&self, st: &mut State, at_ns: u64) {
+        let cur = self.source_id();
         let report = *self.report.lock();
         let anchor = report.candidates().find_map(|c| {
             let usable = matches!(c.verdict, Verdict::Usable(_));
@@ -549,9 +566,7 @@ impl<H: Hardware + Clone> Clock<H> {
             {
                 return None;
             }
-            self.backends
-                .source(c.id)
-                .map(|s| (start_ns, c.id, s.read()))
+            self.backends.source(c.id).map(|s| (at_ns, c.id, s.read()))
         });
         st.anchor = anchor;
     }

@@ -1,0 +1,85 @@
+//! The watchdog after a gap (issue 26): a resume re-anchors every
+//! baseline taken against a reference that S3 reset; a supervised TSC that
+//! lost its ticks comes back once it verifies again (and a faulty one does
+//! not); a committed PIT that is never a member is no supervision for the
+//! TSC it calibrated. Reader threads check the clock's guarantees.
+#![cfg(all(
+    feature = "kvmclock",
+    feature = "tsc",
+    feature = "hpet",
+    feature = "acpi-pm"
+))]
+
+mod adversarial;
+
+use adversarial::{clock, leak, ms, race};
+use clockhal::x86::Hardware;
+use clockhal::{SourceId, Verdict, WatchdogEvent};
+use clockhal_sim::SimMachine;
+
+fn bad(e: &WatchdogEvent) -> bool {
+    matches!(
+        e,
+        WatchdogEvent::Switched { .. } | WatchdogEvent::Demoted { .. }
+    )
+}
+
+/// S3 for `secs`: the TSC restarts near 0, the HPET is halted and reset.
+fn s3(m: &SimMachine, secs: u64) {
+    m.advance(secs * 1_000_000_000);
+    let t = m.tsc_of(0);
+    m.step_tsc(Some(0), (t as i64).wrapping_neg().wrapping_add(1_000_000));
+    let region = m.hpet_region().unwrap();
+    m.mmio_write64(region, 0x10, 0);
+    m.mmio_write64(region, 0xF0, 0);
+}
+
+#[test]
+fn after_resume_the_jump_check_uses_a_fresh_anchor() {
+    // Issue 26: the jump check compared against its HPET reading from
+    // before the suspend; 10 s after resume() the honest TSC was demoted
+    // as "Jumped" and the clock moved to the HPET.
+    let m = leak(SimMachine::bare_metal_config().build());
+    let (c, _) = clock(m);
+    assert_eq!(c.source_id(), SourceId::Tsc);
+    let events = race(&c, m, &[0], false, |readers| {
+        let mut e = Vec::new();
+        for _ in 0..8 {
+            readers.wait(20);
+            m.advance(ms(250));
+            e.push(c.watchdog_tick());
+        }
+        s3(m, 60);
+        c.resume().unwrap();
+        readers.future_slack(None);
+        let (n0, t0) = (m.now_ns(), c.now().as_nanos());
+        // 15 s of reads without a tick (a driver's init), then ticks.
+        for _ in 0..15 {
+            readers.wait(20);
+            m.advance(ms(1_000));
+            let _ = c.now();
+        }
+        let moved = c.now().as_nanos() - t0;
+        let truth = m.now_ns() - n0;
+        assert!(
+            moved + ms(2) >= truth && moved <= truth + ms(2),
+            "now() moved {moved} ns in {truth} ns"
+        );
+        for _ in 0..12 {
+            readers.wait(20);
+            m.advance(ms(250));
+            e.push(c.watchdog_tick());
+        }
+        e
+    });
+    assert!(!events.iter().any(bad), "{events:?}\n{}", c.report());
+    assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report());
+    assert!(
+        matches!(
+            c.report().get(SourceId::Tsc).unwrap().verdict,
+            Verdict::Usable(_)
+        ),
+        "{}",
+        c.report()
+    );
+}
