@@ -83,3 +83,36 @@ fn after_resume_the_jump_check_uses_a_fresh_anchor() {
         c.report()
     );
 }
+
+#[cfg(feature = "pit")]
+#[test]
+fn committing_to_the_pit_does_not_demote_the_tsc_it_calibrated() {
+    // Issue 26: on microvm the PIT is the TSC's only reference; an OS that
+    // commits to reading the PIT makes it a usable source, but a PIT that
+    // is not current never joins a round (its 16-bit count is extended by
+    // the current source's reads only), so a supervised TSC's deadline was
+    // never renewed: "supervised TSC without watchdog ticks", then the PIT.
+    use clockhal::pit::{PitOptions, ReadCommitment};
+    let m = leak(SimMachine::qemu_tcg_microvm());
+    let (c, _) = adversarial::clock_with(m, |p| {
+        p.pit(Some(PitOptions {
+            as_clock: ReadCommitment::EveryMs(10),
+        }))
+    });
+    assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
+    let events = race(&c, m, &[0], false, |r| adversarial::ticks(&c, m, r, 40, 20));
+    assert!(
+        !events.iter().any(bad),
+        "{events:?}\n{}",
+        c.report().table()
+    );
+    assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
+    assert!(
+        matches!(
+            c.report().get(SourceId::Tsc).unwrap().verdict,
+            Verdict::Usable(_)
+        ),
+        "{}",
+        c.report().table()
+    );
+}

@@ -553,11 +553,14 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// Whether some usable, auto-selectable source outside `id`'s counter
-    /// domain exists for the watchdog to compare `id` with.
+    /// domain exists for the watchdog to compare `id` with while `id` is
+    /// current (not a PIT then: it is never a member while another source
+    /// is current, `watchdog::can_be_member`).
     fn has_watchdog_reference(&self, id: SourceId) -> bool {
         let own = watchdog::domain(id);
         self.report.lock().candidates().any(|c| {
             c.id != id
+                && watchdog::can_be_member(c.id, id)
                 && watchdog::domain(c.id) != own
                 && matches!(c.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
                 && self.backends.source(c.id).is_some()

@@ -138,6 +138,16 @@ pub(crate) fn domain(id: SourceId) -> CounterDomain {
     }
 }
 
+/// Whether `id` can be a watchdog member while `current` is the clock's
+/// source. The PIT's 16-bit count wraps every 54.9 ms: only the current
+/// source's reads (an OS that committed to reading its clock that often)
+/// keep it extended. Not current — a calibration reference, a probe-time
+/// witness, a committed clock of last resort while another source is
+/// current — no tick can judge it, nor supervise anything with it.
+pub(crate) fn can_be_member(id: SourceId, current: SourceId) -> bool {
+    id != SourceId::Pit || id == current
+}
+
 impl<H: Hardware + Clone> Clock<H> {
     /// The counter `id` reads now: the Hyper-V page reads the MSR while it
     /// falls back to it (then the two are one vote, not two).
@@ -232,12 +242,7 @@ impl<H: Hardware + Clone> Clock<H> {
             let (Verdict::Usable(d), Some(_)) = (c.verdict, sources[c.id.index()]) else {
                 continue;
             };
-            // The PIT's 16-bit count wraps every 54.9 ms: only the current
-            // source's reads (an OS that committed to reading its clock
-            // that often) keep it extended. Not current — a calibration
-            // reference, a probe-time witness, a committed clock of last
-            // resort while another source is current — no tick can judge it.
-            if c.id == SourceId::Pit && c.id != cur {
+            if !can_be_member(c.id, cur) {
                 continue;
             }
             if n == MAX_MEMBERS {
