@@ -116,3 +116,102 @@ fn committing_to_the_pit_does_not_demote_the_tsc_it_calibrated() {
         c.report().table()
     );
 }
+
+/// Bare metal with a TSC that is not invariant (selected only under
+/// supervision), two CPUs that the OS's warp test found in step, and the
+/// HPET (no PM timer: its 24-bit count does not survive a 3 s gap, see
+/// the report).
+fn supervised_tsc() -> (&'static SimMachine, adversarial::SimClock) {
+    let mut config = SimMachine::bare_metal_config()
+        .with_invariant_tsc(false)
+        .with_cpus(2, &[0, 0]);
+    config.pm_timer = None;
+    let m = leak(config.build());
+    let (c, _) =
+        adversarial::clock_with(m, |p| p.tsc_sync(clockhal::tsc::SyncStatus::Synchronized));
+    assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
+    assert!(c.supervised());
+    (m, c)
+}
+
+fn tsc_reason(c: &adversarial::SimClock) -> Option<clockhal::Demotion> {
+    match c.report().get(SourceId::Tsc).unwrap().verdict {
+        Verdict::Demoted { reason, .. } => Some(reason),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_supervised_tsc_comes_back_once_ticks_resume() {
+    // Issue 26: interrupts off for 3 s (no ticks) demoted the supervised
+    // TSC for good ("supervised TSC without watchdog ticks").
+    let (m, c) = supervised_tsc();
+    race(&c, m, &[0, 1], true, |r| {
+        adversarial::ticks(&c, m, r, 8, 20);
+        for _ in 0..12 {
+            r.wait(20);
+            m.advance(ms(250));
+        }
+        assert_eq!(tsc_reason(&c), Some(clockhal::Demotion::Unsupervised));
+        assert_ne!(c.source_id(), SourceId::Tsc);
+        // Ticks resume: back within 5 s.
+        let mut back = None;
+        for k in 1..=20 {
+            r.wait(20);
+            m.advance(ms(250));
+            c.watchdog_tick();
+            if c.source_id() == SourceId::Tsc {
+                back = Some(k);
+                break;
+            }
+        }
+        assert!(back.is_some(), "not back in 5 s:\n{}", c.report().table());
+        assert_eq!(tsc_reason(&c), None);
+        // And it stays, supervised by the ticks.
+        let e = adversarial::ticks(&c, m, r, 12, 20);
+        assert!(!e.iter().any(bad), "{e:?}");
+        assert_eq!(c.source_id(), SourceId::Tsc);
+    });
+}
+
+#[test]
+fn a_tsc_demoted_for_a_fault_is_not_readmitted_and_flapping_is_bounded() {
+    // A TSC that loses its ticks and then drifts 2% is not re-admitted:
+    // re-admission needs fresh agreement with the reference.
+    let (m, c) = supervised_tsc();
+    race(&c, m, &[0, 1], true, |r| {
+        adversarial::ticks(&c, m, r, 8, 20);
+        for _ in 0..12 {
+            r.wait(20);
+            m.advance(ms(250));
+        }
+        assert_eq!(tsc_reason(&c), Some(clockhal::Demotion::Unsupervised));
+        let hz = m.config().tsc_hz;
+        m.set_tsc_hz(hz + hz / 50);
+        adversarial::ticks(&c, m, r, 40, 20);
+        assert_ne!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
+        m.set_tsc_hz(hz);
+    });
+    // Ticks that stop again and again: the TSC comes back a bounded number
+    // of times, then stays out.
+    let (m, c) = supervised_tsc();
+    let mut returns = 0;
+    race(&c, m, &[0, 1], true, |r| {
+        for _ in 0..12 {
+            for _ in 0..12 {
+                r.wait(5);
+                m.advance(ms(250));
+            }
+            for _ in 0..20 {
+                r.wait(5);
+                m.advance(ms(250));
+                c.watchdog_tick();
+            }
+            if c.source_id() == SourceId::Tsc {
+                returns += 1;
+            }
+        }
+    });
+    assert!((1..=3).contains(&returns), "came back {returns} times");
+    assert_ne!(c.source_id(), SourceId::Tsc);
+}

@@ -3,6 +3,7 @@
 //! lifecycle (application processors, TSC sync results, resume).
 
 mod read;
+mod readmit;
 #[cfg(feature = "tsc")]
 mod refine;
 mod stamp;
@@ -10,6 +11,7 @@ mod user_page;
 mod watchdog;
 
 pub(crate) use read::{MapNow, Mapped};
+pub use readmit::{MAX_READMISSIONS, READMIT_ROUNDS};
 pub use stamp::{Stamp, StampConverter};
 pub(crate) use watchdog::domain;
 pub use watchdog::WatchdogEvent;

@@ -40,6 +40,8 @@ pub(crate) struct State {
     /// against and the sample (`refine.rs`).
     #[cfg_attr(not(feature = "tsc"), allow(dead_code))]
     pub(crate) refine: Option<(SourceId, clockhal_core::Bracketed)>,
+    /// A demoted candidate's way back (`readmit.rs`).
+    pub(crate) readmission: super::readmit::Readmission,
 }
 
 impl State {
@@ -49,6 +51,7 @@ impl State {
             faults_seen: [0; MAX_CANDIDATES],
             anchor: None,
             refine: None,
+            readmission: super::readmit::Readmission::new(),
         }
     }
 }
@@ -82,6 +85,16 @@ pub enum WatchdogEvent {
     /// The baseline was restarted (on request, or after a change of the
     /// sources compared).
     Restarted,
+    /// A source demoted only for want of watchdog ticks (a supervised TSC)
+    /// agreed with the reference again for
+    /// [`READMIT_ROUNDS`](crate::READMIT_ROUNDS) rounds and is eligible
+    /// again (selection ran: see [`Clock::source_id`]). At most
+    /// [`MAX_READMISSIONS`](crate::MAX_READMISSIONS) times per source; a
+    /// source demoted for a fault of its own never comes back.
+    Readmitted {
+        /// The re-admitted source.
+        source: SourceId,
+    },
     /// The TSC's calibrated rate was refined over a long baseline (its
     /// rating may have risen: selection ran again, see
     /// [`Clock::source_id`]).
@@ -269,6 +282,13 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(first) = members[0].filter(|_| n >= 2) else {
             let _ = sources[cur.index()].map(|s| s.read());
             st.core = None;
+            // Nothing else to compare, but a demoted candidate can still
+            // verify against the current source.
+            if !restart && !self.conditional(cur) {
+                if let Some(source) = self.probation_round(&mut st, cur, paused) {
+                    return WatchdogEvent::Readmitted { source };
+                }
+            }
             return WatchdogEvent::Inactive;
         };
         // The first `n` are the members (the rest repeat the first, unused).
@@ -315,13 +335,28 @@ impl<H: Hardware + Clone> Clock<H> {
                 Ordering::Release,
             );
         }
-        let event = if restart {
+        let mut event = if restart {
             WatchdogEvent::Restarted
         } else if paused {
             WatchdogEvent::GuestStopped
         } else {
             self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
         };
+        // A demoted candidate's probation, against a reference that needs
+        // no supervision and was not found at fault this round.
+        let ref_sound = !members[reference].conditional
+            && !matches!(j.verdict(reference), MemberVerdict::Faulty(_))
+            && !matches!(event, WatchdogEvent::Switched { .. });
+        if !restart && ref_sound {
+            if let Some(source) = self.probation_round(&mut st, ref_id, paused) {
+                if matches!(
+                    event,
+                    WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
+                ) {
+                    event = WatchdogEvent::Readmitted { source };
+                }
+            }
+        }
         // A plain judgement gives way to a refinement's news.
         #[cfg(feature = "tsc")]
         if !restart
@@ -339,7 +374,7 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// One round: the reference, every other member, the reference; the
     /// tightest window of three tries.
-    fn take_round(
+    pub(super) fn take_round(
         &self,
         reference: &dyn clockhal_core::ClockSource,
         ref_index: usize,
@@ -555,6 +590,7 @@ impl<H: Hardware + Clone> Clock<H> {
         self.anchor_at(st, now_ns);
         st.refine = None;
         st.core = None;
+        st.readmission.restart();
     }
 
     /// The jump check's anchor: `at_ns` on the clock and an independent
