@@ -454,6 +454,14 @@ impl Candidate {
         }
     }
 
+    /// Makes a demoted candidate usable again (`clock::readmit`: only on
+    /// fresh evidence, for a demotion that said nothing against it).
+    pub(crate) fn readmit(&mut self) {
+        if let Verdict::Demoted { descriptor, .. } = self.verdict {
+            self.verdict = Verdict::Usable(descriptor);
+        }
+    }
+
     /// Replaces the descriptor (a rating that changed), keeping the verdict.
     #[cfg(feature = "tsc")]
     pub(crate) fn set_descriptor(&mut self, d: Descriptor) {

@@ -165,8 +165,8 @@ mod wall_clock;
 pub use candidate::{Candidate, Demotion, Note, Rejection, SourceId, Verdict, MAX_CANDIDATES};
 pub use check::SelfCheck;
 pub use clock::{
-    Clock, CpuError, NoClock, NoClockReason, Stamp, StampConverter, WatchdogEvent, STUCK_READS,
-    SWITCH_MARGIN_NS,
+    Clock, CpuError, NoClock, NoClockReason, Stamp, StampConverter, WatchdogEvent,
+    MAX_READMISSIONS, READMIT_ROUNDS, STUCK_READS, SWITCH_MARGIN_NS,
 };
 #[cfg(feature = "embedded-hal")]
 pub use delay::Delay;

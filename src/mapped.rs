@@ -21,8 +21,11 @@ pub(crate) trait Mapped {
     /// The source's current token for `cpu` (one load), `None` if it has
     /// none (no area).
     fn tag(&self, cpu: usize) -> Option<u32>;
-    /// Its validated map now (the backend judges new parameters).
-    fn map_now(&self, cpu: usize) -> Option<MapNow>;
+    /// Its validated map now (the backend judges new parameters);
+    /// `returned`: the highest value the clock gave from the source's
+    /// earlier parameters, in the source's nanoseconds (`None`: not known
+    /// here), so that new parameters are a step back only against it.
+    fn map_now(&self, cpu: usize, returned: Option<u64>) -> Option<MapNow>;
     /// Whether the source serves CPU `cpu` at all (a kvmclock area is
     /// registered for it): a CPU it does not serve holds without counting
     /// against the source.

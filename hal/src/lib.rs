@@ -50,7 +50,9 @@ pub use slot::{
 };
 pub use source::{ClockSource, Quality, ReadCost, Stability};
 pub use time::{Duration, DurationOverflow, Instant};
-pub use update::{judge_update, UpdateBounds, UpdateFault, UpdateJudge, UpdateVerdict};
+pub use update::{
+    judge_update, judge_update_after, UpdateBounds, UpdateFault, UpdateJudge, UpdateVerdict,
+};
 pub use watchdog::{
     CounterDomain, Fault, Judgement, Member, MemberVerdict, Outcome, Round, Watchdog,
     WatchdogConfig, MAX_MEMBERS,

@@ -171,6 +171,8 @@ impl UpdateJudge {
     /// is recorded as the last accepted one (for `tag`, in `epoch`) and
     /// returned; a rejected update leaves `last` in use, or is the fault
     /// when there is no `last`. Rejections and re-anchorings are counted.
+    ///
+    /// Interrupt-safe: yes (lock-free).
     pub fn judge(
         &self,
         last: Option<TscMap>,
@@ -179,7 +181,28 @@ impl UpdateJudge {
         tag: u32,
         epoch: u32,
     ) -> Result<TscMap, UpdateFault> {
-        let map = match judge_update(last.as_ref(), new, at, &self.probe, &self.bounds) {
+        self.judge_after(last, None, new, at, tag, epoch)
+    }
+
+    /// [`judge`](Self::judge), where `returned` is the highest value
+    /// readers were given from the parameters being replaced (in the
+    /// source's nanoseconds; `None`: unknown): a step back is measured
+    /// against it, not against `last`'s extrapolation to `at` that nobody
+    /// read (see [`judge_update_after`]).
+    ///
+    /// Interrupt-safe: yes (lock-free).
+    pub fn judge_after(
+        &self,
+        last: Option<TscMap>,
+        returned: Option<u64>,
+        new: Option<TscMap>,
+        at: u64,
+        tag: u32,
+        epoch: u32,
+    ) -> Result<TscMap, UpdateFault> {
+        let verdict =
+            judge_update_after(last.as_ref(), returned, new, at, &self.probe, &self.bounds);
+        let map = match verdict {
             UpdateVerdict::Accept(m) => m,
             UpdateVerdict::Reanchor(m, _) => {
                 self.reanchored.fetch_add(1, Relaxed);
@@ -224,8 +247,50 @@ impl UpdateJudge {
 /// let back = TscMap::through(&s, 5_000, 2_000);
 /// assert_eq!(judge_update(Some(&old), Some(back), 5_000, &old, &b), UpdateVerdict::Accept(back));
 /// ```
+///
+/// Interrupt-safe: yes (pure).
 pub fn judge_update(
     old: Option<&TscMap>,
+    new: Option<TscMap>,
+    tsc: u64,
+    probe: &TscMap,
+    bounds: &UpdateBounds,
+) -> UpdateVerdict {
+    judge_update_after(old, None, new, tsc, probe, bounds)
+}
+
+/// [`judge_update`], knowing `returned`: the highest value readers were
+/// given from the parameters `old` (source nanoseconds; `None`: unknown,
+/// then `old`'s extrapolation to `tsc` stands for it).
+///
+/// An update is a step back only against what was *returned*: a host that
+/// stopped the guest and restores its clock where it stopped (QEMU's
+/// `stop`/`cont`, `savevm`/`loadvm`: `KVM_GET_CLOCK` at stop,
+/// `KVM_SET_CLOCK` at cont) publishes parameters behind `old`'s
+/// extrapolation by the pause, but no reader saw that extrapolation: the
+/// update is continuous with what readers saw, and accepted. A step ahead
+/// is still measured against the extrapolation (the time the old
+/// parameters say passed).
+///
+/// ```
+/// use clockhal_core::{judge_update_after, Frequency, Scale, TscMap, UpdateBounds, UpdateVerdict};
+/// let s = Scale::new(Frequency::from_hz(1_000_000_000).unwrap());
+/// let old = TscMap::through(&s, 0, 0);
+/// let b = UpdateBounds::new();
+/// // Readers saw up to 1 s; the guest was stopped for 5 s and the host
+/// // restored its clock at 1 s.
+/// let cont = TscMap::through(&s, 6_000_000_000, 1_000_000_000);
+/// let v = judge_update_after(Some(&old), Some(1_000_000_000), Some(cont), 6_000_000_000, &old, &b);
+/// assert_eq!(v, UpdateVerdict::Accept(cont));
+/// // Without knowing what was returned it looks 5 s back.
+/// let v = judge_update_after(Some(&old), None, Some(cont), 6_000_000_000, &old, &b);
+/// assert!(matches!(v, UpdateVerdict::Reanchor(..)));
+/// ```
+///
+/// Interrupt-safe: yes (pure).
+pub fn judge_update_after(
+    old: Option<&TscMap>,
+    returned: Option<u64>,
     new: Option<TscMap>,
     tsc: u64,
     probe: &TscMap,
@@ -242,7 +307,14 @@ pub fn judge_update(
         return UpdateVerdict::Accept(new);
     };
     let (was, now) = (old.apply(tsc), new.apply(tsc));
-    let step = now as i128 - was as i128;
+    // Back only from what readers may have seen: the lower of the
+    // extrapolation and the highest value returned.
+    let seen = returned.map_or(was, |r| r.min(was));
+    let step = if now >= was {
+        now as i128 - was as i128
+    } else {
+        (now as i128 - seen as i128).min(0)
+    };
     let ok = if step >= 0 {
         step as u128 <= bounds.max_forward_ns as u128
     } else {
@@ -330,6 +402,59 @@ mod tests {
             judge_update(None, Some(far), t, &probe, &b),
             UpdateVerdict::Accept(far)
         );
+    }
+
+    #[test]
+    fn a_step_back_counts_only_against_what_was_returned() {
+        // Issue 26: QEMU stop/cont restores kvmclock where it stopped.
+        let b = UpdateBounds::new();
+        let probe = map(2_000_000_000, 0, 0);
+        let s = 1_000_000_000u64; // ns
+        let t = |ns: u64| ns * 2; // TSC ticks
+                                  // Readers saw up to 1 s; 5 s of pause; the host restores 1 s.
+        let cont = map(2_000_000_000, t(6 * s), s);
+        for returned in [s, s - 500_000, s / 2] {
+            assert_eq!(
+                judge_update_after(
+                    Some(&probe),
+                    Some(returned),
+                    Some(cont),
+                    t(6 * s),
+                    &probe,
+                    &b
+                ),
+                UpdateVerdict::Accept(cont),
+                "returned {returned}"
+            );
+        }
+        // Behind what was returned by more than max_backward: still a step.
+        let v = judge_update_after(
+            Some(&probe),
+            Some(s + 2_000_000),
+            Some(cont),
+            t(6 * s),
+            &probe,
+            &b,
+        );
+        assert_eq!(
+            v.fault(),
+            Some(UpdateFault::Discontinuous {
+                step_ns: -2_000_000
+            })
+        );
+        // A returned value above the extrapolation (another CPU's) does not
+        // make a continuous update a step back.
+        let same = map(2_000_000_000, t(6 * s), 6 * s);
+        assert_eq!(
+            judge_update_after(Some(&probe), Some(9 * s), Some(same), t(6 * s), &probe, &b),
+            UpdateVerdict::Accept(same)
+        );
+        // Ahead is still measured against the extrapolation.
+        let far = map(2_000_000_000, t(6 * s), 6 * s + 61 * s);
+        assert!(matches!(
+            judge_update_after(Some(&probe), Some(s), Some(far), t(6 * s), &probe, &b),
+            UpdateVerdict::Reanchor(..)
+        ));
     }
 
     #[test]

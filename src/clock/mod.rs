@@ -3,12 +3,14 @@
 //! lifecycle (application processors, TSC sync results, resume).
 
 mod read;
+mod readmit;
 #[cfg(feature = "tsc")]
 mod refine;
 mod stamp;
 mod user_page;
 mod watchdog;
 
+pub use readmit::{MAX_READMISSIONS, READMIT_ROUNDS};
 pub use stamp::{Stamp, StampConverter};
 pub use watchdog::WatchdogEvent;
 
@@ -475,29 +477,37 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// A TSC-based source's own nanoseconds now (for setting its offset).
+    /// While it is current, what the clock returned from it is known to
+    /// the judge of its parameters.
     fn mapped_now_ns(&self, id: SourceId) -> Option<u64> {
-        fn value<M: Mapped>(m: Option<&M>, cpu: usize) -> Option<u64> {
+        fn value<M: Mapped>(m: Option<&M>, cpu: usize, returned: Option<u64>) -> Option<u64> {
             let m = m?;
-            m.map_now(cpu)
+            m.map_now(cpu, returned)
                 .map(|n| n.map.apply(n.tsc))
                 .or_else(|| Mapped::fallback_ns(m, cpu))
         }
         let cpu = self.hw.cpu_index();
         let b = &self.backends;
+        let returned = (id == self.source_id())
+            .then(|| self.returned_by(self.offsets[id.index()].load(Ordering::Acquire)))
+            .flatten();
         match id {
-            SourceId::Kvmclock => value(b.kvmclock_mapped(), cpu),
-            SourceId::HypervPage => value(b.hyperv_page_mapped(), cpu),
-            SourceId::Tsc => value(b.tsc_mapped(), cpu),
+            SourceId::Kvmclock => value(b.kvmclock_mapped(), cpu, returned),
+            SourceId::HypervPage => value(b.hyperv_page_mapped(), cpu, returned),
+            SourceId::Tsc => value(b.tsc_mapped(), cpu, returned),
             _ => None,
         }
     }
 
     /// Whether some usable, auto-selectable source outside `id`'s counter
-    /// domain exists for the watchdog to compare `id` with.
+    /// domain exists for the watchdog to compare `id` with while `id` is
+    /// current (not a PIT then: it is never a member while another source
+    /// is current, `watchdog::can_be_member`).
     fn has_watchdog_reference(&self, id: SourceId) -> bool {
         let own = id.domain();
         self.report.lock().candidates().any(|c| {
             c.id != id
+                && watchdog::can_be_member(c.id, id)
                 && c.id.domain() != own
                 && matches!(c.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
                 && self.backends.source(c.id).is_some()
@@ -645,8 +655,13 @@ impl<H: Hardware + Clone> Clock<H> {
     /// page, forgets the continuity of the sources' parameters (the
     /// restored host's timeline may lie before the old one), rebases the
     /// clock so `now()` keeps advancing from the last instant returned,
-    /// and restarts the watchdog. Each application processor then calls
+    /// and restarts the watchdog with every baseline taken again against
+    /// the references as the resume left them (the jump check's anchor,
+    /// the TSC rate refinement's baseline: S3 resets the HPET). Each
+    /// application processor then calls
     /// [`resume_this_cpu`](Self::resume_this_cpu).
+    ///
+    /// Interrupt-safe: no (takes the watchdog lock).
     pub fn resume(&self) -> Result<(), CpuError> {
         self.backends.each(|b| b.resume_machine());
         let r = self.resume_this_cpu();
@@ -654,6 +669,10 @@ impl<H: Hardware + Clone> Clock<H> {
         let start = self.high_water().saturating_add(SWITCH_MARGIN_NS);
         self.page_restored.store(true, Ordering::Release);
         self.start_source(self.source_id(), start);
+        // Every baseline against a reference's count from before the
+        // suspend (the jump check's anchor on an HPET that S3 reset) is
+        // taken again.
+        self.rebaseline(&mut st, start);
         // A rebase, counted like a switch (a measurement spanning it, like
         // `calibrate_lapic`'s, sees the count change).
         self.switches.fetch_add(1, Ordering::Release);

@@ -130,7 +130,7 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         let id = (st & ID_MASK) as usize;
         let offset = self.offsets[id].load(Acquire);
-        let (v, ordered) = match m.map_now(cpu) {
+        let (v, ordered) = match m.map_now(cpu, self.returned_by(offset)) {
             Some(now) => {
                 let map = now.map.offset_by(offset);
                 let v = map.apply(now.tsc);
@@ -188,6 +188,17 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.after_fresh(v);
         self.raise(cpu, ordered, v)
+    }
+
+    /// The highest instant returned so far, in the nanoseconds of the
+    /// current source whose `offset` (clock ns = source ns + offset) is
+    /// given; `None` before anything was returned, or when it would lie
+    /// before the source's start (not a value it gave).
+    #[inline]
+    pub(crate) fn returned_by(&self, offset: u64) -> Option<u64> {
+        let high = self.high_water();
+        let v = high.wrapping_sub(offset);
+        (high != 0 && v <= BEFORE_ZERO).then_some(v)
     }
 
     /// A reading `v` below where the clock's timeline started for its

@@ -171,8 +171,8 @@ impl<H: Hardware + Clone> Clock<H> {
         id: SourceId,
         cpu: usize,
     ) -> Option<StampConverter> {
-        let now = m?.map_now(cpu)?;
         let offset = self.offsets[id.index()].load(Acquire);
+        let now = m?.map_now(cpu, self.returned_by(offset))?;
         let map = now.map.offset_by(offset);
         // What `now()` would return with this map passes the clock's own
         // checks first: the backend's judgement alone lets through an

@@ -157,7 +157,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if let Some(n) = self
             .backends
             .tsc_mapped()
-            .and_then(|m| crate::mapped::Mapped::map_now(m, self.hw.cpu_index()))
+            .and_then(|m| crate::mapped::Mapped::map_now(m, self.hw.cpu_index(), None))
         {
             return (n.tsc, n.map.apply(n.tsc).wrapping_add(offset));
         }

@@ -40,6 +40,8 @@ pub(crate) struct State {
     /// against and the sample (`refine.rs`).
     #[cfg_attr(not(feature = "tsc"), allow(dead_code))]
     pub(crate) refine: Option<(SourceId, clockhal_core::Bracketed)>,
+    /// A demoted candidate's way back (`readmit.rs`).
+    pub(crate) readmission: super::readmit::Readmission,
 }
 
 impl State {
@@ -49,6 +51,7 @@ impl State {
             faults_seen: [0; MAX_CANDIDATES],
             anchor: None,
             refine: None,
+            readmission: super::readmit::Readmission::new(),
         }
     }
 }
@@ -82,6 +85,16 @@ pub enum WatchdogEvent {
     /// The baseline was restarted (on request, or after a change of the
     /// sources compared).
     Restarted,
+    /// A source demoted only for want of watchdog ticks (a supervised TSC)
+    /// agreed with the reference again for
+    /// [`READMIT_ROUNDS`](crate::READMIT_ROUNDS) rounds and is eligible
+    /// again (selection ran: see [`Clock::source_id`]). At most
+    /// [`MAX_READMISSIONS`](crate::MAX_READMISSIONS) times per source; a
+    /// source demoted for a fault of its own never comes back.
+    Readmitted {
+        /// The re-admitted source.
+        source: SourceId,
+    },
     /// The TSC's calibrated rate was refined over a long baseline (its
     /// rating may have risen: selection ran again, see
     /// [`Clock::source_id`]).
@@ -123,6 +136,16 @@ pub enum WatchdogEvent {
         /// It was this round's reference.
         was_reference: bool,
     },
+}
+
+/// Whether `id` can be a watchdog member while `current` is the clock's
+/// source. The PIT's 16-bit count wraps every 54.9 ms: only the current
+/// source's reads (an OS that committed to reading its clock that often)
+/// keep it extended. Not current — a calibration reference, a probe-time
+/// witness, a committed clock of last resort while another source is
+/// current — no tick can judge it, nor supervise anything with it.
+pub(crate) fn can_be_member(id: SourceId, current: SourceId) -> bool {
+    id != SourceId::Pit || id == current
 }
 
 impl<H: Hardware + Clone> Clock<H> {
@@ -219,12 +242,7 @@ impl<H: Hardware + Clone> Clock<H> {
             let (Verdict::Usable(d), Some(_)) = (c.verdict, sources[c.id.index()]) else {
                 continue;
             };
-            // The PIT's 16-bit count wraps every 54.9 ms: only the current
-            // source's reads (an OS that committed to reading its clock
-            // that often) keep it extended. Not current — a calibration
-            // reference, a probe-time witness, a committed clock of last
-            // resort while another source is current — no tick can judge it.
-            if c.id == SourceId::Pit && c.id != cur {
+            if !can_be_member(c.id, cur) {
                 continue;
             }
             if n == MAX_MEMBERS {
@@ -251,6 +269,13 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(first) = members[0].filter(|_| n >= 2) else {
             let _ = sources[cur.index()].map(|s| s.read());
             st.core = None;
+            // Nothing else to compare, but a demoted candidate can still
+            // verify against the current source.
+            if !restart && !self.conditional(cur) {
+                if let Some(source) = self.probation_round(&mut st, cur, paused) {
+                    return WatchdogEvent::Readmitted { source };
+                }
+            }
             return WatchdogEvent::Inactive;
         };
         // The first `n` are the members (the rest repeat the first, unused).
@@ -297,13 +322,28 @@ impl<H: Hardware + Clone> Clock<H> {
                 Ordering::Release,
             );
         }
-        let event = if restart {
+        let mut event = if restart {
             WatchdogEvent::Restarted
         } else if paused {
             WatchdogEvent::GuestStopped
         } else {
             self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
         };
+        // A demoted candidate's probation, against a reference that needs
+        // no supervision and was not found at fault this round.
+        let ref_sound = !members[reference].conditional
+            && !matches!(j.verdict(reference), MemberVerdict::Faulty(_))
+            && !matches!(event, WatchdogEvent::Switched { .. });
+        if !restart && ref_sound {
+            if let Some(source) = self.probation_round(&mut st, ref_id, paused) {
+                if matches!(
+                    event,
+                    WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
+                ) {
+                    event = WatchdogEvent::Readmitted { source };
+                }
+            }
+        }
         // A plain judgement gives way to a refinement's news.
         #[cfg(feature = "tsc")]
         if !restart
@@ -321,7 +361,7 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// One round: the reference, every other member, the reference; the
     /// tightest window of three tries.
-    fn take_round(
+    pub(super) fn take_round(
         &self,
         reference: &dyn clockhal_core::ClockSource,
         ref_index: usize,
@@ -522,10 +562,28 @@ impl<H: Hardware + Clone> Clock<H> {
     /// start of the timeline and an independent 64-bit counter's reading
     /// then, so a reading is checked before the first judged round too.
     pub(crate) fn anchor_at_start(&self, start_ns: u64) {
-        let cur = self.source_id();
         let Some(mut st) = self.watchdog.try_lock() else {
             return;
         };
+        self.anchor_at(&mut st, start_ns);
+    }
+
+    /// Forgets every baseline taken against a reference's count before a
+    /// discontinuity the reference may have gone through (S3 resets the
+    /// HPET and the PM timer): the jump check re-anchors at `now_ns` with
+    /// a reading taken now, the rate refinement and the re-admission
+    /// probations start again, the comparison restarts at the next tick.
+    pub(crate) fn rebaseline(&self, st: &mut State, now_ns: u64) {
+        self.anchor_at(st, now_ns);
+        st.refine = None;
+        st.core = None;
+        st.readmission.restart();
+    }
+
+    /// The jump check's anchor: `at_ns` on the clock and an independent
+    /// 64-bit counter's reading now (none without one).
+    fn anchor_at(&self, st: &mut State, at_ns: u64) {
+        let cur = self.source_id();
         let report = *self.report.lock();
         let anchor = report.candidates().find_map(|c| {
             let usable = matches!(c.verdict, Verdict::Usable(_));
@@ -536,9 +594,7 @@ impl<H: Hardware + Clone> Clock<H> {
             {
                 return None;
             }
-            self.backends
-                .source(c.id)
-                .map(|s| (start_ns, c.id, s.read()))
+            self.backends.source(c.id).map(|s| (at_ns, c.id, s.read()))
         });
         st.anchor = anchor;
     }

@@ -53,8 +53,8 @@ mod enabled {
         fn tag(&self, _: usize) -> Option<u32> {
             Some(self.sequence())
         }
-        fn map_now(&self, cpu: usize) -> Option<MapNow> {
-            let m = self.page_map(cpu).ok()?;
+        fn map_now(&self, cpu: usize, returned: Option<u64>) -> Option<MapNow> {
+            let m = self.page_map_after(cpu, returned).ok()?;
             Some(MapNow {
                 tag: m.sequence,
                 map: m.map,

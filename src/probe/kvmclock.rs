@@ -56,8 +56,8 @@ mod enabled {
         fn tag(&self, cpu: usize) -> Option<u32> {
             self.area_version(cpu)
         }
-        fn map_now(&self, cpu: usize) -> Option<MapNow> {
-            let m = self.area_map(cpu).ok()?;
+        fn map_now(&self, cpu: usize, returned: Option<u64>) -> Option<MapNow> {
+            let m = self.area_map_after(cpu, returned).ok()?;
             Some(MapNow {
                 tag: m.version,
                 map: m.map,

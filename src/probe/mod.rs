@@ -189,7 +189,7 @@ impl<H, const IDS: u32> crate::mapped::Mapped for Disabled<H, IDS> {
             Disabled::Never(never, _) => match never {},
         }
     }
-    fn map_now(&self, _: usize) -> Option<crate::mapped::MapNow> {
+    fn map_now(&self, _: usize, _: Option<u64>) -> Option<crate::mapped::MapNow> {
         match *self {
             Disabled::Never(never, _) => match never {},
         }

@@ -144,7 +144,7 @@ mod enabled {
         fn tag(&self, _: usize) -> Option<u32> {
             Some(0)
         }
-        fn map_now(&self, _: usize) -> Option<MapNow> {
+        fn map_now(&self, _: usize, _: Option<u64>) -> Option<MapNow> {
             Some(MapNow {
                 tag: 0,
                 map: self.map(),

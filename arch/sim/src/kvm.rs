@@ -99,6 +99,9 @@ pub struct KvmHost {
     skew_ns: Vec<i64>,
     /// `(mul, shift)` written instead of the true scale (fault injection).
     scale_override: Option<(u32, i8)>,
+    /// How far kvmclock lags machine time: the sum of the VM stops
+    /// ([`cont_after`](Self::cont_after)), over which it did not advance.
+    stopped_ns: u64,
 }
 
 impl KvmHost {
@@ -111,6 +114,7 @@ impl KvmHost {
             stopped: Vec::new(),
             skew_ns: Vec::new(),
             scale_override: None,
+            stopped_ns: 0,
         }
     }
 
@@ -183,7 +187,8 @@ impl KvmHost {
             .or(pvclock_time_scale(ctx.tsc_hz.max(1)))
             .unwrap_or((0, 0));
         let skew = self.skew_ns.get(cpu).copied().unwrap_or(0);
-        let system_time = (ctx.now_ns as i128 + skew as i128).clamp(0, u64::MAX as i128) as u64;
+        let system_time = (ctx.now_ns as i128 - self.stopped_ns as i128 + skew as i128)
+            .clamp(0, u64::MAX as i128) as u64;
         PvclockUpdate {
             tsc_timestamp: ctx.tsc(cpu),
             system_time,
@@ -233,6 +238,20 @@ impl KvmHost {
         for s in &mut self.stopped {
             *s = true;
         }
+    }
+
+    /// QEMU's `cont` after a `stop` of `stopped_ns` (the machine's time,
+    /// the TSC and the devices moved on; see [`SimMachine::stop_and_cont`](crate::SimMachine::stop_and_cont)):
+    /// kvmclock was saved at the stop (`KVM_GET_CLOCK`) and is restored
+    /// there (`KVM_SET_CLOCK`), so it did not advance over the stop; every
+    /// vCPU is told (`KVM_KVMCLOCK_CTRL`: `GUEST_STOPPED` when `announce`)
+    /// and every area is rewritten.
+    pub fn cont_after(&mut self, ctx: &SimCtx<'_>, stopped_ns: u64, announce: bool) {
+        self.stopped_ns = self.stopped_ns.saturating_add(stopped_ns);
+        if announce {
+            self.pause_guest();
+        }
+        self.update_all(ctx);
     }
 
     pub(super) fn rdmsr(&mut self, ctx: &SimCtx<'_>, msr: u32) -> Option<Option<u64>> {

@@ -722,6 +722,20 @@ impl SimMachine {
         }
     }
 
+    /// QEMU `stop`, `ns` of host time, `cont`, at once for the guest (no
+    /// guest instruction runs in between): machine time, the TSC and the
+    /// devices move on by `ns`; kvmclock is restored where it stopped
+    /// ([`KvmHost::cont_after`], `GUEST_STOPPED` set when `announce`).
+    pub fn stop_and_cont(&self, ns: u64, announce: bool) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        st.now_ns = st.now_ns.saturating_add(ns);
+        let ctx = ctx!(self, st);
+        if let Some(k) = st.kvm.as_mut() {
+            k.cont_after(&ctx, ns, announce);
+        }
+    }
+
     /// Runs `f` on the KVM host (`None` if the machine has none).
     pub fn with_kvm<R>(&self, f: impl FnOnce(&mut KvmHost, &SimCtx<'_>) -> R) -> Option<R> {
         with_device!(self, kvm, f)

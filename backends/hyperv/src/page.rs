@@ -266,7 +266,23 @@ impl<H: Hardware> HypervPageClock<H> {
     /// changed them since that CPU's last one), cached for the read path.
     /// `Err` while the page is invalid, stuck mid-update or never had
     /// plausible parameters.
+    ///
+    /// Interrupt-safe: yes (lock-free, bounded).
     pub fn page_map(&self, cpu: usize) -> Result<PageMap, PageError> {
+        self.page_map_after(cpu, None)
+    }
+
+    /// [`page_map`](Self::page_map) for a caller that reads through the
+    /// maps with floors of its own (`clockhal`'s `Clock`): `returned` is
+    /// the highest value it returned from this page, in page ns. New
+    /// parameters are a step back only against what was returned (by the
+    /// caller or by this clock's own reads), not against the old
+    /// parameters' extrapolation nobody read (a host that stopped the
+    /// guest and restores the page's time where it stopped:
+    /// [`clockhal_core::judge_update_after`]).
+    ///
+    /// Interrupt-safe: yes (lock-free, bounded).
+    pub fn page_map_after(&self, cpu: usize, returned: Option<u64>) -> Result<PageMap, PageError> {
         // No cache for a CPU sharing the overflow slot (PerCpuSlots::cache).
         let slot = self.slots().cache(cpu);
         let epoch = self.epoch.load(Acquire);
@@ -306,8 +322,17 @@ impl<H: Hardware> HypervPageClock<H> {
                     cached.map(|e| e.map).or_else(|| self.last_accepted())
                 };
                 // A rejected update keeps the previous parameters.
+                // `None` is below any value: the larger of the two known.
+                let returned = returned.max(self.returned());
                 self.judge
-                    .judge(last, new, s.tsc, s.sequence, self.epoch.load(Acquire))
+                    .judge_after(
+                        last,
+                        returned,
+                        new,
+                        s.tsc,
+                        s.sequence,
+                        self.epoch.load(Acquire),
+                    )
                     .map_err(PageError::Implausible)?
             }
         };
@@ -330,6 +355,12 @@ impl<H: Hardware> HypervPageClock<H> {
             ordered,
             tsc: s.tsc,
         })
+    }
+
+    /// The highest value this clock's own reads returned on any CPU
+    /// (`None`: nothing yet).
+    fn returned(&self) -> Option<u64> {
+        Some(self.clamp.last().max(self.slots().max_floor())).filter(|v| *v != 0)
     }
 
     /// Whether a read on CPU `cpu` now returns the MSR's value (the page is

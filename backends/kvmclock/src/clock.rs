@@ -440,7 +440,24 @@ impl<H: Hardware> Kvmclock<H> {
     /// The validated map of `cpu`'s area now (one seqlock sample, and a
     /// judgement of the parameters when the host changed them since the
     /// last one), cached for the read path.
+    ///
+    /// Interrupt-safe: yes (lock-free, bounded).
     pub fn area_map(&self, cpu: usize) -> Result<AreaMap, ReadMiss> {
+        self.area_map_after(cpu, None)
+    }
+
+    /// [`area_map`](Self::area_map) for a caller that reads through the
+    /// maps with floors of its own (`clockhal`'s `Clock`): `returned` is
+    /// the highest value it returned from this clock, in kvmclock ns. New
+    /// parameters are a step back only against what was returned (by the
+    /// caller or by [`read_ns`](Self::read_ns)), not against the old
+    /// parameters' extrapolation: after QEMU's `stop`/`cont` the host
+    /// restores kvmclock where the guest stopped, behind that extrapolation
+    /// by the pause, and nobody read past the stop
+    /// ([`clockhal_core::judge_update_after`]).
+    ///
+    /// Interrupt-safe: yes (lock-free, bounded).
+    pub fn area_map_after(&self, cpu: usize, returned: Option<u64>) -> Result<AreaMap, ReadMiss> {
         let miss = |c: &AtomicU64, m: ReadMiss| {
             c.fetch_add(1, Relaxed);
             Err(m)
@@ -515,8 +532,10 @@ impl<H: Hardware> Kvmclock<H> {
                     Some(back) if back <= MAX_ANCHOR_AGE_TICKS => s.tsc_timestamp,
                     _ => s.tsc,
                 };
+                // `None` is below any value: the larger of the two known.
+                let returned = returned.max(self.returned());
                 self.judge
-                    .judge(last, new, at, s.version, self.epoch.load(Acquire))
+                    .judge_after(last, returned, new, at, s.version, self.epoch.load(Acquire))
                     .map_err(ReadMiss::Rejected)?
             }
         };
@@ -541,6 +560,12 @@ impl<H: Hardware> Kvmclock<H> {
             ordered,
             tsc: s.tsc,
         })
+    }
+
+    /// The highest value [`read_ns`](Self::read_ns) returned on any CPU
+    /// (`None`: nothing yet).
+    fn returned(&self) -> Option<u64> {
+        Some(self.clamp.last().max(self.slots().max_floor())).filter(|v| *v != 0)
     }
 
     /// The map some CPU accepted last in this epoch (none after a resume:
