@@ -6,6 +6,7 @@ mod read;
 #[cfg(feature = "tsc")]
 mod refine;
 mod stamp;
+mod steal;
 mod user_page;
 mod watchdog;
 
@@ -43,8 +44,10 @@ pub const STUCK_READS: u32 = 10_000;
 pub const SWITCH_MARGIN_NS: u64 = 1_000;
 
 /// The run-time tunables of a [`Clock`] (from the [`Platform`](crate::Platform)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Settings {
+    /// Steal-time memory, registered when the clock is built.
+    pub(crate) steal: steal::StealSetup,
     pub(crate) watchdog: WatchdogConfig,
     /// A supervised TSC stays current only this long after the last
     /// watchdog tick.
@@ -59,6 +62,7 @@ pub(crate) struct Settings {
 impl Settings {
     pub(crate) fn from_platform(p: &crate::Platform<'_>) -> Settings {
         Settings {
+            steal: steal::StealSetup::from_platform(p),
             watchdog: p.watchdog,
             supervision_timeout: p.supervision_timeout,
             max_jump: p.max_jump,
@@ -113,6 +117,10 @@ pub enum CpuError {
     /// area, or the host did not fill it).
     #[cfg(feature = "kvmclock")]
     Kvmclock(clockhal_kvmclock::KvmclockError),
+    /// KVM steal time refused this CPU (its index is taken by another CPU,
+    /// has no area, or the host left the area odd).
+    #[cfg(feature = "kvmclock")]
+    StealTime(clockhal_kvmclock::StealError),
     /// This CPU's `IA32_TSC_ADJUST` differs from the boot CPU's: the TSCs
     /// are out of step by `difference` ticks (the TSC is no longer
     /// auto-selected).
@@ -127,6 +135,8 @@ impl fmt::Display for CpuError {
         match self {
             #[cfg(feature = "kvmclock")]
             CpuError::Kvmclock(e) => write!(f, "kvmclock: {e}"),
+            #[cfg(feature = "kvmclock")]
+            CpuError::StealTime(e) => write!(f, "steal time: {e}"),
             CpuError::TscAdjust { difference } => {
                 write!(
                     f,
@@ -192,6 +202,8 @@ impl core::error::Error for CpuError {}
 /// timeline and the floor), the source's version word, `rdtsc`, one
 /// multiply and the CPU-local maximum: no shared write, no lock.
 pub struct Clock<H: Hardware + Clone> {
+    /// KVM steal time (first: dropped, so unregistered, first).
+    pub(crate) steal: steal::Steal<H>,
     pub(crate) backends: Backends<H>,
     pub(crate) hw: H,
     pub(crate) settings: Settings,
@@ -303,7 +315,10 @@ impl<H: Hardware + Clone> Clock<H> {
                 reason: NoClockReason::NoPerCpuMemory,
             });
         };
+        // The timeline starts at 0 below: steal time is judged on it.
+        let steal = steal::Steal::probe(&hw, settings.steal);
         let clock = Clock {
+            steal,
             backends,
             hw,
             settings,
@@ -582,6 +597,13 @@ impl<H: Hardware + Clone> Clock<H> {
     /// single-CPU (no [`Platform::cpus`](crate::Platform::cpus), no MADT)
     /// makes its synchronisation unknown: nobody tested the TSCs of the
     /// CPUs the OS did not mention (see [`set_tsc_sync`](Self::set_tsc_sync)).
+    ///
+    /// With steal-time memory ([`Platform::steal_time`](crate::Platform::steal_time))
+    /// it also registers the CPU's steal-time area ([`steal_ns`](Self::steal_ns));
+    /// a second registration of it (e.g. on the boot CPU, registered when
+    /// the clock was built) changes nothing and is no error.
+    ///
+    /// Interrupt-safe: no (writes MSRs, takes the watchdog lock).
     pub fn register_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         let mut tsc_bad = self.more_cpus_than_said();
@@ -600,7 +622,10 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.follow_backend_epochs();
         self.republish_if_stale();
-        first
+        match (first, self.steal.register_this_cpu(self.now_ns())) {
+            (Ok(()), Err(e)) => Err(e),
+            (first, _) => first,
+        }
     }
 
     /// Whether the calling CPU shows the machine has more CPUs than the
@@ -647,8 +672,13 @@ impl<H: Hardware + Clone> Clock<H> {
     /// clock's shared memory is reused (kexec, shutdown); the last CPU then
     /// drops the clock. Reads on this CPU afterwards hold their value (they
     /// do not count towards [`STUCK_READS`]: the source still serves the
-    /// other CPUs).
+    /// other CPUs). The CPU's steal-time area is turned off too (its steal
+    /// so far is kept: [`steal_ns`](Self::steal_ns) continues above it after
+    /// a new registration).
+    ///
+    /// Interrupt-safe: no (writes MSRs).
     pub fn unregister_this_cpu(&self) {
+        self.steal.unregister_this_cpu();
         self.backends.each(|b| b.unregister_this_cpu());
         // This CPU's cached maps go too.
         if let Some(slot) = self.slots().cache(self.hw.cpu_index()) {
@@ -701,7 +731,10 @@ impl<H: Hardware + Clone> Clock<H> {
     /// restored host's timeline may lie before the old one), rebases the
     /// clock so `now()` keeps advancing from the last instant returned,
     /// and restarts the watchdog. Each application processor then calls
-    /// [`resume_this_cpu`](Self::resume_this_cpu).
+    /// [`resume_this_cpu`](Self::resume_this_cpu). The boot CPU's
+    /// steal-time area is registered again there.
+    ///
+    /// Interrupt-safe: no (writes MSRs, takes the watchdog lock).
     pub fn resume(&self) -> Result<(), CpuError> {
         self.backends.each(|b| b.resume_machine());
         let r = self.resume_this_cpu();
@@ -724,6 +757,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// their area discontinuous with the restored host's timeline (and are
     /// not used): such findings up to this call are the restore's, not a
     /// faulty host's, and do not demote the source.
+    ///
+    /// The CPU's steal-time area is registered with the restored host again
+    /// (its steal continues from the value before the restore).
+    ///
+    /// Interrupt-safe: no (writes MSRs, takes the watchdog lock).
     pub fn resume_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         self.backends.each(|b| {
@@ -733,7 +771,10 @@ impl<H: Hardware + Clone> Clock<H> {
         });
         self.follow_backend_epochs();
         self.forgive_host_faults(&mut self.watchdog.lock());
-        first
+        match (first, self.steal.resume_this_cpu(self.now_ns())) {
+            (Ok(()), Err(e)) => Err(e),
+            (first, _) => first,
+        }
     }
 
     /// Makes `id` the current source whatever its rating or verdict (for

@@ -66,6 +66,10 @@ pub enum StealError {
     NotOffered,
     /// The OS gave no steal-time memory.
     NoMemory,
+    /// The steal-time memory overlaps memory the OS gave for another
+    /// protocol (the pvclock areas): the host would write both over each
+    /// other, so it is not registered.
+    MemoryShared,
     /// The calling CPU's index has no area (or is at least
     /// [`STEAL_MAX_CPUS`]).
     CpuIndexOutOfRange {
@@ -108,6 +112,9 @@ impl fmt::Display for StealError {
                 f.write_str("KVM does not offer steal time (CPUID 0x40000001 EAX bit 5 clear)")
             }
             StealError::NoMemory => f.write_str("no steal-time memory given"),
+            StealError::MemoryShared => {
+                f.write_str("steal-time memory overlaps the pvclock areas")
+            }
             StealError::CpuIndexOutOfRange { cpu, areas } => {
                 write!(f, "CPU index {cpu} has no steal-time area ({areas} usable)")
             }
