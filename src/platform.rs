@@ -3,7 +3,8 @@
 use crate::SelfCheck;
 use clockhal_core::{ClockSource, Frequency, Policy, UpdateBounds, WatchdogConfig};
 use clockhal_x86::paravirt::{
-    HvReferenceTscPage, PhysMapped, PvclockPage, PvclockVcpuTimeInfo, PvclockWallClock,
+    HvReferenceTscPage, KvmStealTime, PhysMapped, PvclockPage, PvclockVcpuTimeInfo,
+    PvclockWallClock, StealTimePage,
 };
 use clockhal_x86::{MmioRegion, PhysMemory};
 use core::fmt;
@@ -84,6 +85,7 @@ pub struct Platform<'a> {
     pub(crate) watchdog: WatchdogConfig,
     pub(crate) extra: Option<&'static dyn ClockSource>,
     pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
+    pub(crate) steal_areas: Option<PhysMapped<[KvmStealTime]>>,
 }
 
 impl Default for Platform<'_> {
@@ -127,6 +129,10 @@ impl fmt::Debug for Platform<'_> {
             .field("watchdog", &self.watchdog)
             .field("extra", &self.extra.map(|e| e.name()))
             .field("clock_page", &self.clock_page.is_some())
+            .field(
+                "steal_areas",
+                &self.steal_areas.map(|a| (a.phys(), a.len())),
+            )
             .finish()
     }
 }
@@ -161,6 +167,7 @@ impl<'a> Platform<'a> {
             watchdog: WatchdogConfig::default(),
             extra: None,
             clock_page: None,
+            steal_areas: None,
         }
     }
 
@@ -237,6 +244,23 @@ impl<'a> Platform<'a> {
     /// frame, so every area's physical address is right by construction.
     pub fn pvclock_page(mut self, page: PhysMapped<PvclockPage>) -> Self {
         self.pvclock_areas = Some(page.areas());
+        self
+    }
+
+    /// Memory for KVM steal time as one page of 64 areas (one per vCPU,
+    /// index = `cpu_index()`; a single frame, so every area's physical
+    /// address is right by construction): the clock registers them with
+    /// its per-CPU lifecycle and serves [`Clock::steal_ns`](crate::Clock::steal_ns)
+    /// (feature `kvmclock`). Must not overlap the pvclock areas.
+    pub fn steal_time(mut self, page: PhysMapped<StealTimePage>) -> Self {
+        self.steal_areas = Some(page.steal_areas());
+        self
+    }
+
+    /// Memory for KVM steal time as contiguous 64-byte-aligned areas, one
+    /// per vCPU (prefer [`steal_time`](Self::steal_time), one frame).
+    pub fn steal_time_areas(mut self, areas: PhysMapped<[KvmStealTime]>) -> Self {
+        self.steal_areas = Some(areas);
         self
     }
 

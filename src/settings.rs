@@ -1,10 +1,13 @@
 //! The run-time tunables a `Clock` takes from its `Platform`.
 
 use clockhal_core::{Duration, WatchdogConfig};
+use clockhal_x86::paravirt::{KvmStealTime, PhysMapped};
 
 /// The run-time tunables of a `Clock` (from the `Platform`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Settings {
+    /// Steal-time memory, registered when the clock is built.
+    pub(crate) steal: StealSetup,
     pub(crate) watchdog: WatchdogConfig,
     /// A supervised TSC stays current only this long after the last
     /// watchdog tick.
@@ -19,10 +22,34 @@ pub(crate) struct Settings {
 impl Settings {
     pub(crate) fn from_platform(p: &crate::Platform<'_>) -> Settings {
         Settings {
+            steal: StealSetup::from_platform(p),
             watchdog: p.watchdog,
             supervision_timeout: p.supervision_timeout,
             max_jump: p.max_jump,
             clamp_granule: p.clamp_granule,
         }
     }
+}
+
+/// What the platform gave for steal time.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "kvmclock"), allow(dead_code))]
+pub(crate) struct StealSetup {
+    pub(crate) areas: Option<PhysMapped<[KvmStealTime]>>,
+    /// The pvclock areas' physical range (the two must not overlap).
+    pub(crate) pvclock: Option<(u64, u64)>,
+}
+
+impl StealSetup {
+    fn from_platform(p: &crate::Platform<'_>) -> StealSetup {
+        StealSetup {
+            areas: p.steal_areas,
+            pvclock: p.pvclock_areas.map(|a| phys_range(a.phys(), a.len(), 32)),
+        }
+    }
+}
+
+/// The physical range of `len` areas of `size` bytes from `phys`.
+pub(crate) fn phys_range(phys: u64, len: usize, size: u64) -> (u64, u64) {
+    (phys, phys.saturating_add((len as u64).saturating_mul(size)))
 }

@@ -7,6 +7,7 @@ mod readmit;
 #[cfg(feature = "tsc")]
 mod refine;
 mod stamp;
+mod steal;
 mod user_page;
 mod watchdog;
 
@@ -136,6 +137,8 @@ impl core::error::Error for NoClock {}
 /// timeline and the floor), the source's version word, `rdtsc`, one
 /// multiply and the CPU-local maximum: no shared write, no lock.
 pub struct Clock<H: Hardware + Clone> {
+    /// KVM steal time (first: dropped, so unregistered, first).
+    pub(crate) steal: steal::Steal<H>,
     pub(crate) backends: Backends<H>,
     pub(crate) hw: H,
     pub(crate) settings: Settings,
@@ -247,7 +250,10 @@ impl<H: Hardware + Clone> Clock<H> {
                 reason: NoClockReason::NoPerCpuMemory,
             });
         };
+        // The timeline starts at 0 below: steal time is judged on it.
+        let steal = steal::Steal::probe(&hw, settings.steal);
         let clock = Clock {
+            steal,
             backends,
             hw,
             settings,
@@ -555,7 +561,10 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.follow_backend_epochs();
         self.republish_if_stale();
-        first
+        match (first, self.steal.register_this_cpu(self.now_ns())) {
+            (Ok(()), Err(e)) => Err(e),
+            (first, _) => first,
+        }
     }
 
     /// Whether the calling CPU shows the machine has more CPUs than the
@@ -602,8 +611,13 @@ impl<H: Hardware + Clone> Clock<H> {
     /// clock's shared memory is reused (kexec, shutdown); the last CPU then
     /// drops the clock. Reads on this CPU afterwards hold their value (they
     /// do not count towards [`STUCK_READS`]: the source still serves the
-    /// other CPUs).
+    /// other CPUs). The CPU's steal-time area is turned off too (its steal
+    /// so far is kept: [`steal_ns`](Self::steal_ns) continues above it after
+    /// a new registration).
+    ///
+    /// Interrupt-safe: no (writes MSRs).
     pub fn unregister_this_cpu(&self) {
+        self.steal.unregister_this_cpu();
         self.backends.each(|b| b.unregister_this_cpu());
         // This CPU's cached maps go too.
         if let Some(slot) = self.slots().cache(self.hw.cpu_index()) {
@@ -688,6 +702,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// their area discontinuous with the restored host's timeline (and are
     /// not used): such findings up to this call are the restore's, not a
     /// faulty host's, and do not demote the source.
+    ///
+    /// The CPU's steal-time area is registered with the restored host again
+    /// (its steal continues from the value before the restore).
+    ///
+    /// Interrupt-safe: no (writes MSRs, takes the watchdog lock).
     pub fn resume_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         self.backends.each(|b| {
@@ -697,7 +716,10 @@ impl<H: Hardware + Clone> Clock<H> {
         });
         self.follow_backend_epochs();
         self.forgive_host_faults(&mut self.watchdog.lock());
-        first
+        match (first, self.steal.resume_this_cpu(self.now_ns())) {
+            (Ok(()), Err(e)) => Err(e),
+            (first, _) => first,
+        }
     }
 
     /// Makes `id` the current source whatever its rating or verdict (for

@@ -2,7 +2,8 @@
 
 use super::SimCtx;
 use clockhal_x86::paravirt::{
-    pvclock_time_scale, PvclockVcpuTimeInfo, PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
+    pvclock_time_scale, KvmStealTime, PvclockVcpuTimeInfo, KVM_VCPU_PREEMPTED,
+    PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
 };
 use std::sync::atomic::Ordering::{Release, SeqCst};
 use std::vec::Vec;
@@ -11,6 +12,9 @@ const MSR_WALL_OLD: u32 = 0x11;
 const MSR_SYSTEM_OLD: u32 = 0x12;
 const MSR_WALL_NEW: u32 = 0x4b56_4d00;
 const MSR_SYSTEM_NEW: u32 = 0x4b56_4d01;
+const MSR_STEAL_TIME: u32 = 0x4b56_4d03;
+/// Bits 5:1 of the steal-time MSR are reserved (KVM: #GP when set).
+const STEAL_RESERVED: u64 = 0x3e;
 
 /// How the simulated KVM host presents itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +33,8 @@ pub struct KvmConfig {
     pub stable_flag: bool,
     /// Wall-clock seconds at machine time 0.
     pub wall_epoch_sec: u32,
+    /// CPUID STEAL_TIME (bit 5): `MSR_KVM_STEAL_TIME` exists.
+    pub steal_time: bool,
 }
 
 impl Default for KvmConfig {
@@ -41,18 +47,22 @@ impl Default for KvmConfig {
             stable_bit: true,
             stable_flag: true,
             wall_epoch_sec: 1_790_000_000,
+            steal_time: true,
         }
     }
 }
 
 impl KvmConfig {
     /// The CPUID base+1 EAX bits this config decides: CLOCKSOURCE (0),
-    /// CLOCKSOURCE2 (3), CLOCKSOURCE_STABLE_BIT (24).
-    pub const MODELLED_FEATURES: u32 = 1 | 1 << 3 | 1 << 24;
+    /// CLOCKSOURCE2 (3), STEAL_TIME (5), CLOCKSOURCE_STABLE_BIT (24).
+    pub const MODELLED_FEATURES: u32 = 1 | 1 << 3 | 1 << 5 | 1 << 24;
 
     /// CPUID base+1 EAX for this config (the modelled bits only).
     pub fn feature_eax(&self) -> u32 {
-        (self.clocksource as u32) | (self.clocksource2 as u32) << 3 | (self.stable_bit as u32) << 24
+        (self.clocksource as u32)
+            | (self.clocksource2 as u32) << 3
+            | (self.steal_time as u32) << 5
+            | (self.stable_bit as u32) << 24
     }
 }
 
@@ -102,6 +112,38 @@ pub struct KvmHost {
     /// How far kvmclock lags machine time: the sum of the VM stops
     /// ([`cont_after`](Self::cont_after)), over which it did not advance.
     stopped_ns: u64,
+    /// Steal time: the host's model of it.
+    steal: StealModel,
+}
+
+/// How the simulated host steals from its vCPUs.
+#[derive(Debug, Default)]
+struct StealModel {
+    /// Per CPU: the registered area's guest-physical address.
+    registered: Vec<Option<u64>>,
+    /// Per CPU: the host's counter (what it writes).
+    counter: Vec<u64>,
+    /// Per CPU: the steal-time MSR's value.
+    msr_value: Vec<u64>,
+    /// Share of machine time stolen from every vCPU, in 1/1000.
+    permille: u64,
+    /// What the counter starts at on registration (KVM adds the vCPU
+    /// thread's wait before it).
+    on_register_ns: u64,
+    /// The host never writes the areas (not even at registration).
+    frozen: bool,
+    /// Every write leaves the version odd (an update never finished).
+    stuck: bool,
+}
+
+impl StealModel {
+    fn grow(&mut self, cpu: usize) {
+        if self.registered.len() <= cpu {
+            self.registered.resize(cpu + 1, None);
+            self.counter.resize(cpu + 1, 0);
+            self.msr_value.resize(cpu + 1, 0);
+        }
+    }
 }
 
 impl KvmHost {
@@ -115,6 +157,7 @@ impl KvmHost {
             skew_ns: Vec::new(),
             scale_override: None,
             stopped_ns: 0,
+            steal: StealModel::default(),
         }
     }
 
@@ -254,7 +297,129 @@ impl KvmHost {
         self.update_all(ctx);
     }
 
+    // ---- steal time ------------------------------------------------------
+
+    /// `cpu`'s registered steal-time area, if any.
+    pub fn steal_area(&self, ctx: &SimCtx<'_>, cpu: usize) -> Option<&'static KvmStealTime> {
+        let phys = (*self.steal.registered.get(cpu)?)?;
+        ctx.memory.steal(phys)
+    }
+
+    /// The guest-physical steal-time area `cpu` registered, if any.
+    pub fn steal_registered(&self, cpu: usize) -> Option<u64> {
+        self.steal.registered.get(cpu).copied().flatten()
+    }
+
+    /// From now on every [`SimMachine::advance`](crate::SimMachine::advance)
+    /// charges each registered vCPU `permille`/1000 of the advance as steal
+    /// and writes its area (above 1000: a host whose steal outruns time).
+    pub fn set_steal_permille(&mut self, permille: u64) {
+        self.steal.permille = permille;
+    }
+
+    /// The host's counter starts at `ns` at each registration (what KVM
+    /// carries over from the vCPU thread's earlier waits).
+    pub fn set_steal_on_register(&mut self, ns: u64) {
+        self.steal.on_register_ns = ns;
+    }
+
+    /// A host that never writes the areas (`true`), not even at
+    /// registration: the guest's zeroes stay.
+    pub fn set_steal_frozen(&mut self, frozen: bool) {
+        self.steal.frozen = frozen;
+    }
+
+    /// A host whose every steal-time write leaves the version odd (`true`),
+    /// from registration on: the update never finishes.
+    pub fn set_steal_stuck(&mut self, stuck: bool) {
+        self.steal.stuck = stuck;
+    }
+
+    /// Writes the counter into `cpu`'s area per the model's faults.
+    fn write_steal(&self, ctx: &SimCtx<'_>, cpu: usize) {
+        if let Some(a) = self.steal_area(ctx, cpu) {
+            a.publish(self.steal.counter[cpu]);
+            if self.steal.stuck {
+                a.version.fetch_or(1, SeqCst);
+            }
+        }
+    }
+
+    /// The host's steal counter for `cpu` (what it last wrote or will write).
+    pub fn steal_counter(&self, cpu: usize) -> u64 {
+        self.steal.counter.get(cpu).copied().unwrap_or(0)
+    }
+
+    /// Writes `steal` into `cpu`'s area as one seqlock update and makes it
+    /// the host's counter from now on (garbage: a counter that goes back, a
+    /// jump). Nothing without a registered area.
+    pub fn publish_steal(&mut self, ctx: &SimCtx<'_>, cpu: usize, steal: u64) {
+        self.steal.grow(cpu);
+        self.steal.counter[cpu] = steal;
+        self.write_steal(ctx, cpu);
+    }
+
+    /// Starts an update of `cpu`'s steal-time area and never finishes it:
+    /// the version stays odd until the next write.
+    pub fn stall_steal(&mut self, ctx: &SimCtx<'_>, cpu: usize) {
+        if let Some(a) = self.steal_area(ctx, cpu) {
+            a.version.fetch_or(1, SeqCst);
+        }
+    }
+
+    /// Sets or clears `cpu`'s `preempted` byte (bit 0), as KVM does when it
+    /// deschedules or resumes the vCPU.
+    pub fn set_preempted(&mut self, ctx: &SimCtx<'_>, cpu: usize, preempted: bool) {
+        if let Some(a) = self.steal_area(ctx, cpu) {
+            a.preempted
+                .store(if preempted { KVM_VCPU_PREEMPTED } else { 0 }, SeqCst);
+        }
+    }
+
+    /// Charges every registered vCPU its share of `ns` and writes its area
+    /// (unless frozen).
+    pub(super) fn run_steal(&mut self, ctx: &SimCtx<'_>, ns: u64) {
+        let add = (ns as u128 * self.steal.permille as u128 / 1000) as u64;
+        for cpu in 0..self.steal.registered.len() {
+            if self.steal.registered[cpu].is_none() {
+                continue;
+            }
+            self.steal.counter[cpu] = self.steal.counter[cpu].saturating_add(add);
+            if !self.steal.frozen && add != 0 {
+                self.write_steal(ctx, cpu);
+            }
+        }
+    }
+
+    fn wrmsr_steal(&mut self, ctx: &SimCtx<'_>, value: u64) -> Result<(), ()> {
+        if !self.config.steal_time || value & STEAL_RESERVED != 0 {
+            return Err(());
+        }
+        let cpu = ctx.cpu;
+        self.steal.grow(cpu);
+        self.steal.msr_value[cpu] = value;
+        if value & 1 == 0 {
+            self.steal.registered[cpu] = None;
+            return Ok(());
+        }
+        self.steal.registered[cpu] = Some(value & !0x3f);
+        // KVM writes the area at the next guest entry: before the wrmsr
+        // returns.
+        self.steal.counter[cpu] = self.steal.on_register_ns;
+        if !self.steal.frozen {
+            self.write_steal(ctx, cpu);
+        }
+        Ok(())
+    }
+
     pub(super) fn rdmsr(&mut self, ctx: &SimCtx<'_>, msr: u32) -> Option<Option<u64>> {
+        if msr == MSR_STEAL_TIME {
+            if !self.config.steal_time {
+                return Some(None);
+            }
+            self.steal.grow(ctx.cpu);
+            return Some(Some(self.steal.msr_value[ctx.cpu]));
+        }
         match msr {
             MSR_SYSTEM_NEW if self.config.clocksource2 => {}
             MSR_SYSTEM_OLD if self.config.clocksource => {}
@@ -271,6 +436,9 @@ impl KvmHost {
         msr: u32,
         value: u64,
     ) -> Option<Result<(), ()>> {
+        if msr == MSR_STEAL_TIME {
+            return Some(self.wrmsr_steal(ctx, value));
+        }
         let allowed = match msr {
             MSR_SYSTEM_NEW | MSR_WALL_NEW => self.config.clocksource2,
             MSR_SYSTEM_OLD | MSR_WALL_OLD => self.config.clocksource,

@@ -39,7 +39,7 @@ pub use rtc::{CmosRtc, RtcConfig, UIP_LEAD_NS, UPDATE_CYCLE_NS};
 pub use tsc::SimTsc;
 
 use clockhal_x86::paravirt::{
-    HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo, PvclockWallClock,
+    HvReferenceTscPage, KvmStealTime, PhysMapped, PvclockVcpuTimeInfo, PvclockWallClock,
 };
 use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr};
 use overrides::Overrides;
@@ -513,9 +513,17 @@ impl SimMachine {
     }
 
     /// Advances machine time by `ns`.
+    ///
+    /// A KVM host with steal time charges its vCPUs the configured share
+    /// of `ns` ([`KvmHost::set_steal_permille`]) and writes their areas.
     pub fn advance(&self, ns: u64) {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
         st.now_ns = st.now_ns.saturating_add(ns);
+        let ctx = ctx!(self, st);
+        if let Some(k) = st.kvm.as_mut() {
+            k.run_steal(&ctx, ns);
+        }
     }
 
     /// Machine time in ns (the "true" time tests compare against).
@@ -777,6 +785,11 @@ impl SimMachine {
     /// `n` contiguous pvclock areas (one per vCPU) at a fake physical address.
     pub fn alloc_pvclock_areas(&self, n: usize) -> PhysMapped<[PvclockVcpuTimeInfo]> {
         self.memory.alloc_pvclock_areas(n)
+    }
+
+    /// `n` contiguous steal-time areas (one per vCPU), 64-byte aligned.
+    pub fn alloc_steal_areas(&self, n: usize) -> PhysMapped<[KvmStealTime]> {
+        self.memory.alloc_steal_areas(n)
     }
 
     /// A pvclock wall-clock structure.

@@ -1,7 +1,7 @@
 //! Memory the guest shares with the simulated hypervisor.
 
 use clockhal_x86::paravirt::{
-    HvReferenceTscPage, PhysMapped, PvclockVcpuTimeInfo, PvclockWallClock,
+    HvReferenceTscPage, KvmStealTime, PhysMapped, PvclockVcpuTimeInfo, PvclockWallClock,
 };
 use std::boxed::Box;
 use std::collections::BTreeMap;
@@ -13,6 +13,7 @@ enum Shared {
     Pvclock(&'static PvclockVcpuTimeInfo),
     Wall(&'static PvclockWallClock),
     HvPage(&'static HvReferenceTscPage),
+    Steal(&'static KvmStealTime),
 }
 
 /// Fake guest-physical address space: what the simulator allocated, where.
@@ -64,6 +65,25 @@ impl SharedMemory {
             self.insert(phys + 32 * i as u64, Shared::Pvclock(a));
         }
         PhysMapped::simulated(areas, phys)
+    }
+
+    /// `n` contiguous steal-time areas (64 bytes each, 64-byte aligned).
+    pub fn alloc_steal_areas(&self, n: usize) -> PhysMapped<[KvmStealTime]> {
+        let v: Vec<KvmStealTime> = (0..n).map(|_| KvmStealTime::new()).collect();
+        let areas: &'static [KvmStealTime] = Box::leak(v.into_boxed_slice());
+        let phys = self.reserve((n * 64) as u64);
+        for (i, a) in areas.iter().enumerate() {
+            self.insert(phys + 64 * i as u64, Shared::Steal(a));
+        }
+        PhysMapped::simulated(areas, phys)
+    }
+
+    /// The steal-time area at `phys`, if one was allocated there.
+    pub fn steal(&self, phys: u64) -> Option<&'static KvmStealTime> {
+        match self.get(phys)? {
+            Shared::Steal(a) => Some(a),
+            _ => None,
+        }
     }
 
     /// A wall-clock structure.

@@ -223,6 +223,8 @@ bitflags::bitflags! {
         const CLOCKSOURCE = 1 << 0;
         /// New MSRs 0x4b564d00/01.
         const CLOCKSOURCE2 = 1 << 3;
+        /// Steal time (`MSR_KVM_STEAL_TIME`, 0x4b564d03).
+        const STEAL_TIME = 1 << 5;
         /// The pvclock TSC_STABLE flag may be trusted.
         const CLOCKSOURCE_STABLE_BIT = 1 << 24;
         // Keep unknown bits: they are reported, not interpreted.

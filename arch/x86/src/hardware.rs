@@ -36,6 +36,8 @@ impl Msr {
     pub const KVM_WALL_CLOCK_NEW: Msr = Msr(0x4b56_4d00);
     /// KVM new system time (CLOCKSOURCE2).
     pub const KVM_SYSTEM_TIME_NEW: Msr = Msr(0x4b56_4d01);
+    /// KVM steal time (STEAL_TIME): a 64-byte-aligned area | enable bit 0.
+    pub const KVM_STEAL_TIME: Msr = Msr(0x4b56_4d03);
     /// Hyper-V guest OS identity; must be non-zero before other Hyper-V MSRs.
     pub const HV_GUEST_OS_ID: Msr = Msr(0x4000_0000);
     /// Hyper-V partition reference counter (100 ns units, read traps).

@@ -16,6 +16,7 @@
 use crate::{rdmsr_checked, Hardware, Msr};
 
 mod scale;
+mod steal;
 
 use crate::sync::{array, const_fn, AtomicU32};
 // Layouts and guest-side arithmetic: one copy, shared with user programs.
@@ -26,6 +27,10 @@ pub use clockhal_user::paravirt::{
     PVCLOCK_TSC_STABLE_BIT,
 };
 pub use scale::{hv_next_sequence, hv_reference_scale, pvclock_time_scale};
+pub use steal::{
+    kvm_register_steal_time, kvm_unregister_steal_time, KvmStealTime, StealSample, StealTimePage,
+    KVM_STEAL_TIME_ALIGN, KVM_VCPU_PREEMPTED,
+};
 
 /// One 4 KiB page of pvclock areas, one per vCPU (128): page-aligned, so a
 /// single physical frame holds them all and area `i` is at the page's

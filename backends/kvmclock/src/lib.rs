@@ -7,6 +7,7 @@ mod area;
 mod clock;
 mod error;
 mod registry;
+mod steal;
 mod sync;
 mod wall;
 
@@ -17,4 +18,5 @@ pub use clock::{
 };
 pub use error::KvmclockError;
 pub use registry::MAX_CPUS;
+pub use steal::{StealError, StealStats, StealTime, STEAL_MAX_CPUS};
 pub use wall::WallClock;

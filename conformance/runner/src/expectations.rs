@@ -27,6 +27,11 @@ pub enum Expect {
     /// Its user clock page check (`user-page`: read in ring 3 while the
     /// kernel switches sources) ran and passed.
     UserPagePass,
+    /// Its steal-time check (`steal-time`: never back, never above the
+    /// elapsed reference time) ran and passed.
+    StealTimePass,
+    /// Its steal-time check was skipped (the row says why there is none).
+    StealTimeSkip,
 }
 
 impl Expect {
@@ -38,6 +43,8 @@ impl Expect {
             Expect::Selected => "selected",
             Expect::CrossCpuPass => "cross-cpu pass",
             Expect::UserPagePass => "user-page pass",
+            Expect::StealTimePass => "steal-time pass",
+            Expect::StealTimeSkip => "steal-time skip",
         }
     }
 
@@ -46,6 +53,7 @@ impl Expect {
         match self {
             Expect::CrossCpuPass => Some("cross-cpu"),
             Expect::UserPagePass => Some("user-page"),
+            Expect::StealTimePass | Expect::StealTimeSkip => Some("steal-time"),
             Expect::Present | Expect::Absent | Expect::Selected => None,
         }
     }
@@ -117,6 +125,11 @@ const HPET_KVM: &str = "the HPET (250) is selected at probe, until the refined T
 const SMP: &str = "two vCPUs: the warp test must run, and pass, on both";
 const USER_TSC: &str =
     "ring 3 reads the TSC through the user clock page while the kernel switches sources and rates";
+const STEAL_KVM: &str =
+    "KVM offers steal time (CPUID 0x40000001 EAX bit 5): it never goes back and never outgrows the HPET/PM timer";
+const STEAL_KVM_NOREF: &str =
+    "KVM offers steal time (CPUID 0x40000001 EAX bit 5): it never goes back and never outgrows the reference (the TSC here)";
+const STEAL_TCG: &str = "TCG has no KVM CPUID: no steal time (skipped with the reason)";
 const USER_KVMCLOCK: &str =
     "ring 3 reads the mapped kvmclock area through the user clock page (stable bit trusted)";
 
@@ -125,6 +138,7 @@ const USER_KVMCLOCK: &str =
 pub const EXPECTATIONS: &[Row] = &[
     // ---- TCG q35 -------------------------------------------------------
     row("tcg-q35", "kvmclock", Absent, TCG_NO_KVMCLOCK),
+    row("tcg-q35", "kvmclock", StealTimeSkip, STEAL_TCG),
     row("tcg-q35", "hyperv-page", Absent, NO_HV),
     row("tcg-q35", "hyperv-msr", Absent, NO_HV),
     row("tcg-q35", "tsc", Selected, TSC_TCG),
@@ -133,6 +147,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-q35", "acpi-pm", Present, PM),
     // ---- TCG pc (qemu64 CPU) -------------------------------------------
     row("tcg-pc", "kvmclock", Absent, TCG_NO_KVMCLOCK),
+    row("tcg-pc", "kvmclock", StealTimeSkip, STEAL_TCG),
     row("tcg-pc", "hyperv-page", Absent, NO_HV),
     row("tcg-pc", "hyperv-msr", Absent, NO_HV),
     row("tcg-pc", "tsc", Selected, TSC_TCG),
@@ -141,6 +156,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-pc", "acpi-pm", Present, PM),
     // ---- TCG pc, hpet=off ----------------------------------------------
     row("tcg-pc-nohpet", "kvmclock", Absent, TCG_NO_KVMCLOCK),
+    row("tcg-pc-nohpet", "kvmclock", StealTimeSkip, STEAL_TCG),
     row("tcg-pc-nohpet", "hyperv-page", Absent, NO_HV),
     row("tcg-pc-nohpet", "hyperv-msr", Absent, NO_HV),
     row("tcg-pc-nohpet", "tsc", Selected, TSC_TCG),
@@ -149,6 +165,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-pc-nohpet", "acpi-pm", Present, "no HPET: the PM timer is the supervised TSC's reference"),
     // ---- TCG microvm: nothing clockhal can use -------------------------
     row("tcg-microvm", "kvmclock", Absent, TCG_NO_KVMCLOCK),
+    row("tcg-microvm", "kvmclock", StealTimeSkip, STEAL_TCG),
     row("tcg-microvm", "hyperv-page", Absent, NO_HV),
     row("tcg-microvm", "hyperv-msr", Absent, NO_HV),
     row("tcg-microvm", "tsc", Selected, MICROVM_TSC_PIT),
@@ -156,6 +173,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-microvm", "acpi-pm", Absent, MICROVM_NO_PM),
     // ---- TCG q35, 2 vCPUs ----------------------------------------------
     row("tcg-q35-smp2", "kvmclock", Absent, TCG_NO_KVMCLOCK),
+    row("tcg-q35-smp2", "kvmclock", StealTimeSkip, STEAL_TCG),
     row("tcg-q35-smp2", "hyperv-page", Absent, NO_HV),
     row("tcg-q35-smp2", "hyperv-msr", Absent, NO_HV),
     row("tcg-q35-smp2", "tsc", Selected, "two vCPUs on one TCG thread (thread=single): the warp test proves the TSCs in step (within ~600 ticks, limit ~4,450) and the supervised TSC (290) is selected over the HPET. (With one host thread per vCPU it decides only when the host runs both at once.) Linux picks hpet: TCG's CPU is AuthenticAMD without constant_tsc, so Linux deems the TSCs unsynchronized without a warp test"),
@@ -166,6 +184,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-q35-smp2", "acpi-pm", CrossCpuPass, SMP),
     // ---- KVM q35 -------------------------------------------------------
     row("kvm-q35", "kvmclock", Selected, KVMCLOCK_WINS),
+    row("kvm-q35", "kvmclock", StealTimePass, STEAL_KVM),
     row("kvm-q35", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-q35", "hyperv-page", Absent, NO_HV),
     row("kvm-q35", "hyperv-msr", Absent, NO_HV),
@@ -175,6 +194,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("kvm-q35", "acpi-pm", Present, PM),
     // ---- KVM pc --------------------------------------------------------
     row("kvm-pc", "kvmclock", Selected, KVMCLOCK_WINS),
+    row("kvm-pc", "kvmclock", StealTimePass, STEAL_KVM),
     row("kvm-pc", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-pc", "hyperv-page", Absent, NO_HV),
     row("kvm-pc", "hyperv-msr", Absent, NO_HV),
@@ -184,6 +204,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("kvm-pc", "acpi-pm", Present, PM),
     // ---- KVM, -kvmclock: selection falls back --------------------------
     row("kvm-nokvmclock", "kvmclock", Absent, "-kvmclock clears the CLOCKSOURCE feature bits"),
+    row("kvm-nokvmclock", "kvmclock", StealTimePass, STEAL_KVM),
     row("kvm-nokvmclock", "hyperv-page", Absent, NO_HV),
     row("kvm-nokvmclock", "hyperv-msr", Absent, NO_HV),
     row("kvm-nokvmclock", "tsc", Selected, TSC_KVM_CAL),
@@ -192,6 +213,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("kvm-nokvmclock", "acpi-pm", Present, PM),
     // ---- KVM, kvm=off --------------------------------------------------
     row("kvm-kvm-off", "kvmclock", Absent, "kvm=off hides the KVM signature (the MSR still reads 0)"),
+    row("kvm-kvm-off", "kvmclock", StealTimeSkip, "kvm=off hides the KVM signature: no steal time"),
     row("kvm-kvm-off", "hyperv-page", Absent, NO_HV),
     row("kvm-kvm-off", "hyperv-msr", Absent, NO_HV),
     row("kvm-kvm-off", "tsc", Selected, TSC_KVM_CAL),
@@ -200,6 +222,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("kvm-kvm-off", "acpi-pm", Present, PM),
     // ---- KVM, +invtsc --------------------------------------------------
     row("kvm-invtsc", "kvmclock", Selected, "kvmclock (400) stays first while the guest may migrate (default policy)"),
+    row("kvm-invtsc", "kvmclock", StealTimePass, STEAL_KVM),
     row("kvm-invtsc", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-invtsc", "hyperv-page", Absent, NO_HV),
     row("kvm-invtsc", "hyperv-msr", Absent, NO_HV),
@@ -209,6 +232,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("kvm-invtsc", "acpi-pm", Present, PM),
     // ---- KVM microvm ---------------------------------------------------
     row("kvm-microvm", "kvmclock", Selected, KVMCLOCK_WINS),
+    row("kvm-microvm", "kvmclock", StealTimePass, STEAL_KVM_NOREF),
     row("kvm-microvm", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-microvm", "hyperv-page", Absent, NO_HV),
     row("kvm-microvm", "hyperv-msr", Absent, NO_HV),
@@ -218,6 +242,7 @@ pub const EXPECTATIONS: &[Row] = &[
     row("kvm-microvm", "acpi-pm", Absent, MICROVM_NO_PM),
     // ---- KVM q35, 2 vCPUs ----------------------------------------------
     row("kvm-q35-smp2", "kvmclock", Selected, KVMCLOCK_WINS),
+    row("kvm-q35-smp2", "kvmclock", StealTimePass, STEAL_KVM),
     row("kvm-q35-smp2", "kvmclock", UserPagePass, USER_KVMCLOCK),
     row("kvm-q35-smp2", "kvmclock", CrossCpuPass, SMP),
     row("kvm-q35-smp2", "hyperv-page", Absent, NO_HV),

@@ -265,13 +265,22 @@ impl Outcome {
                 Expect::Present => present,
                 Expect::Absent => src.is_some_and(|s| s.reported > 0 && !s.present),
                 Expect::Selected => present && src.is_some_and(|s| s.selected),
-                Expect::CrossCpuPass | Expect::UserPagePass => src
+                Expect::CrossCpuPass | Expect::UserPagePass | Expect::StealTimePass => src
                     .zip(check)
                     .and_then(|(s, name)| s.check(name))
                     .is_some_and(|c| c.status == Status::Pass),
+                Expect::StealTimeSkip => src
+                    .zip(check)
+                    .and_then(|(s, name)| s.check(name))
+                    .is_some_and(|c| c.status == Status::Skip),
             };
             if !ok {
                 let got = match (src, check) {
+                    // A check of an absent source (steal time without kvmclock).
+                    (Some(s), Some(name)) if s.check(name).is_some() => {
+                        let c = s.check(name).expect("just found");
+                        format!("{name} {} ({})", c.status, c.detail)
+                    }
                     (Some(s), _) if s.reported == 0 => "not reported".to_string(),
                     (Some(s), _) if !s.present => format!("absent ({})", s.reason),
                     (Some(s), Some(name)) => match s.check(name) {
@@ -365,7 +374,8 @@ CHECK source=hpet name=monotonic status=pass value=0 unit=ns detail=ok
 CHECK source=acpi-pm name=rate status=pass value=-12 unit=ppm detail=ok
 CHECK source=tsc name=cross-cpu status=skip value=- unit=ns detail=single CPU
 CHECK source=tsc name=user-page status=pass value=1234 unit=ns detail=ring 3: 20000 reads
-4 passed, 0 failed, 1 skipped
+CHECK source=kvmclock name=steal-time status=skip value=- unit=ns detail=no KVM signature at any hypervisor CPUID base
+4 passed, 0 failed, 2 skipped
 ";
 
     #[test]
@@ -424,6 +434,27 @@ CHECK source=tsc name=user-page status=pass value=1234 unit=ns detail=ring 3: 20
         let u = o.unexpected.join("\n");
         assert!(
             u.contains("tsc expected user-page pass") && u.contains("no user-page check"),
+            "{u}"
+        );
+
+        // So is the steal-time check: skipped under TCG, with the reason.
+        let steal_ran = GOOD
+            .replace("name=steal-time status=skip", "name=steal-time status=pass")
+            .replace(
+                "4 passed, 0 failed, 2 skipped",
+                "5 passed, 0 failed, 1 skipped",
+            );
+        let o = Outcome::from_output(
+            "tcg-q35",
+            Accel::Tcg,
+            Exit::Code(QEMU_EXIT_SUCCESS),
+            0.1,
+            &steal_ran,
+            String::new(),
+        );
+        let u = o.unexpected.join("\n");
+        assert!(
+            u.contains("kvmclock expected steal-time skip") && u.contains("steal-time pass"),
             "{u}"
         );
 

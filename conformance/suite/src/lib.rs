@@ -14,10 +14,12 @@ mod math;
 #[cfg(feature = "clockhal")]
 pub mod probed;
 mod result;
+mod steal;
 mod suite;
 
 pub use clockhal_core::ClockSource;
 pub use config::Config;
 pub use cpus::Cpus;
 pub use result::{Check, CheckResult, Sink, Status, Summary, Value, DETAIL_CAPACITY};
+pub use steal::StealTime;
 pub use suite::Suite;

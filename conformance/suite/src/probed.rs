@@ -134,3 +134,17 @@ pub fn write_sources(out: &mut dyn Write, report: &Report) -> fmt::Result {
     }
     Ok(())
 }
+
+/// Steal time through the clock (`Clock::steal_ns`); the reason is the
+/// clock's `StealError`.
+impl<H: Hardware + Clone> crate::StealTime for Clock<H> {
+    fn steal_ns(&self, why: &mut dyn Write) -> Option<u64> {
+        match Clock::steal_ns(self) {
+            Ok(d) => Some(d.as_nanos()),
+            Err(e) => {
+                let _ = write!(why, "{e}");
+                None
+            }
+        }
+    }
+}

@@ -25,11 +25,14 @@ pub enum Check {
     /// The selected source passed everything and is the fastest, or outranks
     /// the fastest by the documented ranking.
     Selected,
+    /// KVM steal time never decreases and never grows faster than the
+    /// reference (skipped without steal time).
+    StealTime,
 }
 
 impl Check {
     /// Every check, in run order.
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::Monotonic,
         Check::Resolution,
         Check::ReadCost,
@@ -38,6 +41,7 @@ impl Check {
         Check::Wrap,
         Check::CrossCpu,
         Check::Selected,
+        Check::StealTime,
     ];
 
     /// The stable name used in result lines (`monotonic`, `read-cost`, ...).
@@ -51,6 +55,7 @@ impl Check {
             Check::Wrap => "wrap",
             Check::CrossCpu => "cross-cpu",
             Check::Selected => "selected",
+            Check::StealTime => "steal-time",
         }
     }
 

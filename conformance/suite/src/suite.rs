@@ -2,7 +2,7 @@
 
 use crate::config::{Config, MAX_SOURCES};
 use crate::result::{detail, Check, CheckResult, Detail, Sink, Status, Summary, Value};
-use crate::{checks, Cpus};
+use crate::{checks, Cpus, StealTime};
 use clockhal_core::{ClockSource, Scale};
 
 /// Reads of an unchanged reference after which a wait gives up.
@@ -28,6 +28,7 @@ pub struct Suite<'a> {
     wait: Option<&'a dyn Fn(u64)>,
     cpus: Option<&'a dyn Cpus>,
     selection: Option<Option<&'a str>>,
+    steal: Option<&'a dyn StealTime>,
     config: Config,
 }
 
@@ -49,6 +50,7 @@ impl<'a> Suite<'a> {
             wait: None,
             cpus: None,
             selection: None,
+            steal: None,
             config: Config::default(),
         }
     }
@@ -80,6 +82,15 @@ impl<'a> Suite<'a> {
     /// included) fails that check: it does not say which one was selected.
     pub fn selected(mut self, name: Option<&'a str>) -> Suite<'a> {
         self.selection = Some(name);
+        self
+    }
+
+    /// Runs the steal-time check ([`Check::StealTime`]) on the calling CPU
+    /// over `steal`: it never decreases and never grows faster than the
+    /// reference (skipped, with the reason `steal` gives, where there is
+    /// none). Without this call that check is not run.
+    pub fn steal(mut self, steal: &'a dyn StealTime) -> Suite<'a> {
+        self.steal = Some(steal);
         self
     }
 
@@ -120,6 +131,9 @@ impl<'a> Suite<'a> {
         checks::warp::run(&ctx, &mut rep, self.cpus);
         if let Some(selected) = self.selection {
             checks::selection::run(&ctx, &mut rep, selected);
+        }
+        if let Some(steal) = self.steal {
+            checks::steal::run(&ctx, &mut rep, steal);
         }
         rep.summary
     }

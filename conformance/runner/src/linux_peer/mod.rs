@@ -396,7 +396,9 @@ CHECK source=acpi-pm name=rate status=pass value=-12 unit=ppm detail=ok
         assert!(
             o.unexpected
                 .iter()
-                .all(|u| u.contains("tsc expected selected") || u.contains("user-page")),
+                .all(|u| u.contains("tsc expected selected")
+                    || u.contains("user-page")
+                    || u.contains("steal-time")),
             "fixture: {:?}",
             o.unexpected
         );

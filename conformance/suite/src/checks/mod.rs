@@ -5,5 +5,6 @@ pub(crate) mod cost;
 pub(crate) mod monotonic;
 pub(crate) mod rate;
 pub(crate) mod selection;
+pub(crate) mod steal;
 pub(crate) mod warp;
 pub(crate) mod wrap;
