@@ -139,6 +139,7 @@ mod select;
 mod wait;
 #[cfg(feature = "rtc")]
 mod wall_clock;
+mod wall_time;
 
 pub use candidate::{Candidate, Demotion, Note, Rejection, SourceId, Verdict, MAX_CANDIDATES};
 pub use check::SelfCheck;
@@ -155,6 +156,7 @@ pub use platform::{HpetAccess, Platform};
 pub use probe::{probe, Probed, HPET_REGION_LEN};
 pub use report::{Report, Table};
 pub use wait::{Stalled, STALL_READS};
+pub use wall_time::{ImplausibleWallTime, PLAUSIBLE_UNIX_SECONDS};
 
 /// The hardware-free core (trait, scaling, selection, watchdog).
 pub use clockhal_core as core_api;

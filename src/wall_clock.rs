@@ -133,7 +133,10 @@ impl<H: Hardware + Clone> Clock<H> {
         let mut edge = result?;
         // The polls were timed with this clock: known only to its resolution.
         edge.uncertainty_ns = edge.uncertainty_ns.saturating_add(self.resolution_ns());
-        self.set_unix_time(edge.unix_ns_at(self.now_ns()));
+        self.set_unix_time(edge.unix_ns_at(self.now_ns()))
+            .map_err(|_| RtcError::ImplausibleTime {
+                year: edge.time.year,
+            })?;
         Ok(edge)
     }
 }

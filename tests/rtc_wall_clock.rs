@@ -213,3 +213,46 @@ fn a_stuck_update_flag_is_an_error_within_the_wait() {
     );
     assert!(m.now_ns() - t0 <= WAIT.as_nanos() + 3_000_000);
 }
+
+#[test]
+fn an_rtc_year_the_clock_cannot_be_in_is_refused() {
+    // Issue 26: a corrupt century register (year 9999) or 2600 made
+    // unix_time_ns() u64::MAX, standing still; 1980 is an RTC after a
+    // reset. Each is refused and the wall time stays as it was.
+    let tables = AcpiTablesBuilder::q35().build(); // FADT CENTURY = 0x32
+    let memory = tables.memory();
+    for (century, yy, year) in [(0x99, 0x99, 9999), (0x26, 0x00, 2600), (0x19, 0x80, 1980)] {
+        let rtc = RtcConfig::qemu()
+            .with_forced(0x32, century)
+            .with_forced(0x09, yy);
+        let m = SimMachine::qemu_tcg_config().with_rtc(rtc).build();
+        let clock = clockhal::probe(&m, Platform::new().acpi(tables.rsdp(), &memory))
+            .into_clock()
+            .unwrap();
+        assert_eq!(
+            clock.set_wall_clock_from_rtc(WAIT),
+            Err(RtcError::ImplausibleTime { year }),
+            "year {year}"
+        );
+        assert_eq!(clock.unix_time_ns(), None, "year {year} was taken");
+    }
+}
+
+#[test]
+fn after_s3_the_os_sets_the_wall_time_from_the_rtc_again() {
+    // An RTC-based OS: resume() cannot know the time spent in S3; the
+    // RTC kept counting, and set_wall_clock_from_rtc after resume (as the
+    // resume docs ask) puts the wall time right again.
+    let m: &'static SimMachine = Box::leak(Box::new(SimMachine::bare_metal()));
+    let clock = clockhal::probe(m, Platform::new()).into_clock().unwrap();
+    let edge = clock.set_wall_clock_from_rtc(WAIT).unwrap();
+    assert!(wall_error(m, &clock) <= edge.uncertainty_ns + 2);
+    m.advance(3_600 * S); // an hour in S3
+    clock.resume().unwrap();
+    assert!(
+        wall_error(m, &clock) >= 3_599 * S,
+        "resume cannot know S3's length from an OS-set wall time"
+    );
+    let edge = clock.set_wall_clock_from_rtc(WAIT).unwrap();
+    assert!(wall_error(m, &clock) <= edge.uncertainty_ns + 2);
+}
