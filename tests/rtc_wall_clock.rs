@@ -256,3 +256,51 @@ fn after_s3_the_os_sets_the_wall_time_from_the_rtc_again() {
     let edge = clock.set_wall_clock_from_rtc(WAIT).unwrap();
     assert!(wall_error(m, &clock) <= edge.uncertainty_ns + 2);
 }
+
+/// A machine whose vCPU is descheduled for `gap_ns` whenever it would
+/// poll inside the RTC's update-in-progress window (the first `times`
+/// windows): the whole rise of UIP falls between two polls.
+fn preempted_across_uip(times: u32, gap_ns: u64) -> &'static SimMachine {
+    let m: &'static SimMachine = Box::leak(Box::new(SimMachine::qemu_tcg()));
+    let left = Arc::new(std::sync::atomic::AtomicU32::new(times));
+    m.set_rdtsc_hook(move |m| {
+        let into_second = true_unix_ns(m) % S;
+        if into_second >= S - clockhal_sim::UIP_LEAD_NS - 2_000
+            && left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            m.advance(gap_ns);
+        }
+    });
+    m
+}
+
+#[test]
+fn an_update_window_hidden_by_a_preemption_is_bad_luck_not_an_error() {
+    // Issue 26: NoUpdateEdge in 3 of 24 calls under QEMU TCG on a loaded
+    // host: UIP is up for only 244 µs before the edge, and a vCPU
+    // descheduled across it never sees it rise. With 1.1 s to wait, the
+    // next edge was too late. Now a poll gap longer than the window waits
+    // for the next edge too (once or twice).
+    for hidden in [1, 2] {
+        let m = preempted_across_uip(hidden, 300_000);
+        let clock = clockhal::probe(m, Platform::new()).into_clock().unwrap();
+        let t0 = m.now_ns();
+        let edge = clock.set_wall_clock_from_rtc(WAIT);
+        m.clear_rdtsc_hook();
+        let edge = edge.unwrap_or_else(|e| panic!("{hidden} hidden: {e}"));
+        assert!(wall_error(m, &clock) <= edge.uncertainty_ns + 2);
+        assert!(m.now_ns() - t0 <= WAIT.as_nanos() + hidden as u64 * S);
+    }
+    // A preemption at every edge: still bounded, by the wait plus two
+    // seconds.
+    let m = preempted_across_uip(u32::MAX, 300_000);
+    let clock = clockhal::probe(m, Platform::new()).into_clock().unwrap();
+    let t0 = m.now_ns();
+    let r = clock.set_wall_clock_from_rtc(WAIT);
+    m.clear_rdtsc_hook();
+    assert_eq!(r, Err(RtcError::NoUpdateEdge));
+    assert!(m.now_ns() - t0 <= WAIT.as_nanos() + 2 * S + 3_000_000);
+    assert_eq!(clock.unix_time_ns(), None);
+}

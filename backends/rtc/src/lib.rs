@@ -49,6 +49,12 @@ const MAX_SNAPSHOTS: u32 = 8;
 /// UIP polls while waiting for a second edge: a backstop behind the
 /// caller's deadline (a second is ~9,000,000 polls under QEMU TCG).
 const MAX_EDGE_POLLS: u32 = 100_000_000;
+/// Second edges a preemption may hide (two polls further apart than
+/// [`UIP_LEAD_NS`] while waiting for UIP to rise) that
+/// [`Rtc::read_at_second_edge`] waits past, a second each, beyond the
+/// caller's wait.
+pub const MAX_HIDDEN_EDGES: u32 = 2;
+const NS_PER_S: u64 = 1_000_000_000;
 /// Polls after which a caller's clock that has not moved counts as stopped
 /// (≥ 11 ms even at TCG's ~112 ns per poll).
 const STOPPED_CLOCK_POLLS: u32 = 100_000;
@@ -145,9 +151,16 @@ impl<H: Hardware> Rtc<H> {
     /// around every poll), place the edge [`UIP_LEAD_NS`] after the middle
     /// of the rise window, then [`read`](Self::read). Gives up with
     /// [`RtcError::NoUpdateEdge`] after `max_wait_ns` of the caller's clock
-    /// (pass a bit over a second), when that clock stands still for 100,000
-    /// polls, or after 100,000,000 polls; and with [`RtcError::EdgeLost`]
-    /// if the read ended too late to be sure it shows the edge's second.
+    /// (pass a bit over a second) — plus a second for each edge a
+    /// preemption may have hidden (two polls more than [`UIP_LEAD_NS`]
+    /// apart while UIP was low: its whole rise may lie between them), at
+    /// most [`MAX_HIDDEN_EDGES`] —, when that clock stands still for
+    /// 100,000 polls, or after 100,000,000 polls; and with
+    /// [`RtcError::EdgeLost`] if the read ended too late to be sure it
+    /// shows the edge's second.
+    ///
+    /// Interrupt-safe: no (waits up to seconds; the OS's CMOS driver must
+    /// be kept off meanwhile).
     pub fn read_at_second_edge(
         &self,
         mut now_ns: impl FnMut() -> u64,
@@ -155,10 +168,20 @@ impl<H: Hardware> Rtc<H> {
     ) -> Result<RtcEdge, RtcError> {
         self.check_state()?;
         let start = now_ns();
-        let deadline = start.saturating_add(max_wait_ns);
+        let mut deadline = start.saturating_add(max_wait_ns);
         let (mut polls, mut moved_at, mut last) = (0u32, 0u32, start);
-        let mut give_up = |t: u64| {
+        let mut hidden = 0u32;
+        // `rising`: the poll is one of those waiting for UIP to rise, after
+        // one that read it low.
+        let mut give_up = |t: u64, rising: bool| {
             polls += 1;
+            // Two polls further apart than UIP's lead (a preempted vCPU)
+            // may have missed its whole rise: that edge was bad luck, so
+            // the next is waited for too (bounded).
+            if rising && t.saturating_sub(last) > UIP_LEAD_NS && hidden < MAX_HIDDEN_EDGES {
+                hidden += 1;
+                deadline = deadline.saturating_add(NS_PER_S);
+            }
             if t != last {
                 (moved_at, last) = (polls, t);
             }
@@ -171,7 +194,7 @@ impl<H: Hardware> Rtc<H> {
             if !self.uip() {
                 break t;
             }
-            if give_up(t) {
+            if give_up(t, false) {
                 return Err(RtcError::NoUpdateEdge);
             }
         };
@@ -181,7 +204,7 @@ impl<H: Hardware> Rtc<H> {
                 break now_ns();
             }
             zero_at = t;
-            if give_up(t) {
+            if give_up(t, true) {
                 return Err(RtcError::NoUpdateEdge);
             }
         };
