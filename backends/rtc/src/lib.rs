@@ -99,6 +99,19 @@ impl RtcEdge {
     }
 }
 
+/// A second edge of the RTC timed on a counter of unknown rate
+/// ([`Rtc::second_edge_on`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CounterEdge {
+    /// The second that began at the edge.
+    pub time: RtcTime,
+    /// The counter just before the last poll that read UIP low.
+    pub rise_from: u64,
+    /// The counter just after the first poll that read UIP high.
+    pub rise_by: u64,
+}
+
 /// The CMOS RTC.
 #[derive(Debug)]
 pub struct Rtc<H: Hardware> {
@@ -173,7 +186,7 @@ impl<H: Hardware> Rtc<H> {
         let mut hidden = 0u32;
         // `rising`: the poll is one of those waiting for UIP to rise, after
         // one that read it low.
-        let mut give_up = |t: u64, rising: bool| {
+        let give_up = |t: u64, rising: bool| {
             polls += 1;
             // Two polls further apart than UIP's lead (a preempted vCPU)
             // may have missed its whole rise: that edge was bad luck, so
@@ -187,29 +200,7 @@ impl<H: Hardware> Rtc<H> {
             }
             polls > MAX_EDGE_POLLS || polls - moved_at > STOPPED_CLOCK_POLLS || t > deadline
         };
-        // UIP low first, so that its rise is seen. `zero_at` is the caller's
-        // time just before the latest poll that read UIP low.
-        let mut zero_at = loop {
-            let t = now_ns();
-            if !self.uip() {
-                break t;
-            }
-            if give_up(t, false) {
-                return Err(RtcError::NoUpdateEdge);
-            }
-        };
-        let rise_by = loop {
-            let t = now_ns();
-            if self.uip() {
-                break now_ns();
-            }
-            zero_at = t;
-            if give_up(t, true) {
-                return Err(RtcError::NoUpdateEdge);
-            }
-        };
-        // Saturating: the caller's clock is not trusted to be sane either.
-        let from = zero_at.min(rise_by);
+        let (from, rise_by) = self.rise(&mut now_ns, give_up)?;
         let half = (rise_by - from) / 2;
         let at_ns = from.saturating_add(half).saturating_add(UIP_LEAD_NS);
         let time = self.read()?;
@@ -224,6 +215,91 @@ impl<H: Hardware> Rtc<H> {
             at_ns,
             uncertainty_ns: half,
         })
+    }
+
+    /// Waits for the RTC's next second edge, timed on a counter of
+    /// unknown rate (the TSC, for its calibration where nothing else gives
+    /// a rate): the update-in-progress flag rose between
+    /// [`rise_from`](CounterEdge::rise_from) and
+    /// [`rise_by`](CounterEdge::rise_by) of `counter`, and the second
+    /// began [`UIP_LEAD_NS`] later (in the counter's units: unknown, so
+    /// only differences between edges are meaningful, and a read delayed
+    /// past the next edge is not detected here: compare several edges).
+    /// Gives up with [`RtcError::NoUpdateEdge`] after `max_counts` of the
+    /// counter, when it stands still for 100,000 polls, or after
+    /// 100,000,000 polls.
+    ///
+    /// ```
+    /// use clockhal_rtc::{Rtc, RtcOptions};
+    /// use clockhal_sim::SimMachine;
+    /// use clockhal_x86::Hardware;
+    /// let m = SimMachine::bare_metal(); // TSC at 2.592 GHz
+    /// let rtc = Rtc::new(&m, &RtcOptions::default()).unwrap();
+    /// let a = rtc.second_edge_on(|| m.rdtsc(), 10_000_000_000).unwrap();
+    /// let b = rtc.second_edge_on(|| m.rdtsc(), 10_000_000_000).unwrap();
+    /// assert_eq!(b.time.unix_seconds(), a.time.unix_seconds() + 1);
+    /// let ticks = (b.rise_from + b.rise_by) / 2 - (a.rise_from + a.rise_by) / 2;
+    /// assert!(ticks.abs_diff(m.config().tsc_hz) < 100_000, "{ticks}");
+    /// ```
+    ///
+    /// Interrupt-safe: no (waits up to a second; the OS's CMOS driver must
+    /// be kept off meanwhile).
+    pub fn second_edge_on(
+        &self,
+        mut counter: impl FnMut() -> u64,
+        max_counts: u64,
+    ) -> Result<CounterEdge, RtcError> {
+        self.check_state()?;
+        let start = counter();
+        let (mut polls, mut moved_at, mut last) = (0u32, 0u32, start);
+        let give_up = |t: u64, _rising: bool| {
+            polls += 1;
+            if t != last {
+                (moved_at, last) = (polls, t);
+            }
+            polls > MAX_EDGE_POLLS
+                || polls - moved_at > STOPPED_CLOCK_POLLS
+                || t.wrapping_sub(start) > max_counts
+        };
+        let (rise_from, rise_by) = self.rise(&mut counter, give_up)?;
+        Ok(CounterEdge {
+            time: self.read()?,
+            rise_from,
+            rise_by,
+        })
+    }
+
+    /// Polls UIP low, then until it rises: the caller's times just before
+    /// the last poll that read it low and just after the first that read
+    /// it high. `give_up(t, rising)` ends the wait with
+    /// [`RtcError::NoUpdateEdge`].
+    fn rise(
+        &self,
+        now: &mut impl FnMut() -> u64,
+        mut give_up: impl FnMut(u64, bool) -> bool,
+    ) -> Result<(u64, u64), RtcError> {
+        // UIP low first, so that its rise is seen.
+        let mut zero_at = loop {
+            let t = now();
+            if !self.uip() {
+                break t;
+            }
+            if give_up(t, false) {
+                return Err(RtcError::NoUpdateEdge);
+            }
+        };
+        let rise_by = loop {
+            let t = now();
+            if self.uip() {
+                break now();
+            }
+            zero_at = t;
+            if give_up(t, true) {
+                return Err(RtcError::NoUpdateEdge);
+            }
+        };
+        // Saturating: the caller's clock is not trusted to be sane either.
+        Ok((zero_at.min(rise_by), rise_by))
     }
 
     fn cmos(&self, index: u8) -> u8 {
