@@ -231,9 +231,11 @@ impl<'a> Platform<'a> {
     /// stated rate (CPUID, hypervisor, OS), no HPET, no PM timer, no PIT,
     /// no OS reference — QEMU `-M microvm,pit=off` under TCG, where Linux
     /// finds no clock to calibrate against. It costs two to three seconds
-    /// of boot (three edges) and gives the rate to within 100 ppm (the
-    /// edges' poll windows over the two-second span, plus the RTC's own
-    /// rate error: exact when emulated, a PC crystal's ±20-100 ppm).
+    /// of boot (three edges; up to six, some six seconds, where a loaded
+    /// host's preemptions widen the edges' windows) and gives the rate to
+    /// within 100 ppm (the edges' poll windows over the span, plus the RTC's
+    /// own rate error: its host's clock when emulated, a PC crystal's
+    /// ±20-100 ppm).
     /// Ports 0x70/0x71 are read during the probe only then (status A and
     /// the time registers, as
     /// [`Clock::set_wall_clock_from_rtc`](crate::Clock::set_wall_clock_from_rtc)

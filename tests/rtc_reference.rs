@@ -68,6 +68,23 @@ fn microvm_without_a_pit_calibrates_the_tsc_against_the_rtc() {
 }
 
 #[test]
+fn an_rtc_whose_update_flag_never_rises_calibrates_as_well() {
+    // Real QEMU microvm: after two edges its RTC stops raising UIP (status
+    // C's flags stay set: clockhal never reads status C). The seconds
+    // register's change marks the edges then.
+    let config =
+        microvm_pit_off().with_rtc(clockhal_sim::RtcConfig::qemu().with_forced(0x0A, 0x26));
+    let true_hz = config.tsc_hz;
+    let m = config.build();
+    let p = probe(&m, platform());
+    let r = *p.report();
+    assert_eq!(r.selected_id(), Some(SourceId::Tsc), "{}", r.table());
+    let f = r.get(SourceId::Tsc).unwrap().frequency().unwrap();
+    let err = rate_error_ppm(f, true_hz);
+    assert!(err.abs() <= 100, "rate off by {err} ppm");
+}
+
+#[test]
 fn a_second_misread_after_a_preemption_is_caught_by_the_next_edges() {
     // The vCPU is descheduled for exactly a second right after UIP rose
     // once: the RTC read after that edge shows the next second. The

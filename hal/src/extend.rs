@@ -61,6 +61,9 @@ impl<C: Cell64> WrapExtender<C> {
     }
 
     /// Places `raw` (a fresh N-bit reading) on the 64-bit timeline.
+    ///
+    /// Interrupt-safe: yes with atomic cells (lock-free); with a
+    /// critical-section cell, as safe as the OS's critical section.
     #[inline]
     pub fn extend(&self, raw: u64) -> u64 {
         let raw = raw & self.mask;
@@ -92,6 +95,8 @@ impl<C: Cell64> WrapExtender<C> {
     /// // Two wraps and 100 ticks later.
     /// assert_eq!(ext.extend_after(40_100, 131_000, 131_200), 40_000 + 131_172);
     /// ```
+    ///
+    /// Interrupt-safe: as [`extend`](Self::extend).
     pub fn extend_after(&self, raw: u64, min: u64, max: u64) -> u64 {
         let raw = raw & self.mask;
         let (mask, half) = (self.mask, self.half);

@@ -178,8 +178,8 @@ mod enabled {
                     .ok()?;
                 Some(clockhal_tsc::SecondEdge {
                     second: e.time.unix_seconds(),
-                    tsc_from: e.rise_from,
-                    tsc_by: e.rise_by,
+                    tsc_from: e.from,
+                    tsc_by: e.by,
                 })
             },
             "rtc",

@@ -390,7 +390,10 @@ impl<H: Hardware> ClockSource for Pit<H> {
     /// serialised across CPUs. If the lock stays taken (another CPU is mid
     /// read, or an interrupt handler on this CPU interrupted a read) the
     /// last extended value is returned: time stalls for one read instead
-    /// of spinning without bound.
+    /// of spinning without bound. A read the TSC shows came more than half
+    /// a wrap late is placed by the TSC rather than held.
+    ///
+    /// Interrupt-safe: yes (a bounded try-lock; the last value if taken).
     fn read(&self) -> u64 {
         for _ in 0..LOCK_SPINS {
             if self

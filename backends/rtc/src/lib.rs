@@ -78,7 +78,8 @@ pub struct RtcEdge {
     /// The second that began at the edge.
     pub time: RtcTime,
     /// The caller's clock (ns) at the edge: the midpoint of the polls that
-    /// saw UIP rise, plus [`UIP_LEAD_NS`].
+    /// saw UIP rise, plus [`UIP_LEAD_NS`] (or of those between which the
+    /// seconds changed, where UIP does not rise).
     pub at_ns: u64,
     /// Half the width of that window: the edge is within
     /// `at_ns ± uncertainty_ns`.
@@ -100,16 +101,26 @@ impl RtcEdge {
 }
 
 /// A second edge of the RTC timed on a counter of unknown rate
-/// ([`Rtc::second_edge_on`]).
+/// ([`Rtc::second_edge_on`]): the RTC began showing the new second (UIP
+/// low, the seconds register changed) between `from` and `by`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct CounterEdge {
     /// The second that began at the edge.
     pub time: RtcTime,
-    /// The counter just before the last poll that read UIP low.
-    pub rise_from: u64,
-    /// The counter just after the first poll that read UIP high.
-    pub rise_by: u64,
+    /// The counter just before the last poll that showed the old second
+    /// (or UIP up).
+    pub from: u64,
+    /// The counter just after the first poll that showed the new second.
+    pub by: u64,
+}
+
+/// What showed a second edge, between two of the caller's times.
+enum Marker {
+    /// UIP rose ([`UIP_LEAD_NS`] before the edge).
+    Rise(u64, u64),
+    /// The seconds register changed, UIP low.
+    Change(u64, u64),
 }
 
 /// The CMOS RTC.
@@ -162,7 +173,11 @@ impl<H: Hardware> Rtc<H> {
     ///
     /// Method: wait until UIP is low, poll until it rises (taking `now_ns`
     /// around every poll), place the edge [`UIP_LEAD_NS`] after the middle
-    /// of the rise window, then [`read`](Self::read). Gives up with
+    /// of the rise window, then [`read`](Self::read). Where UIP never rises
+    /// (QEMU stops emulating it once status C's update and alarm flags are
+    /// set and nobody clears them; clockhal never reads status C), the
+    /// edge is the middle of the polls between which the seconds register
+    /// changed with UIP low. Gives up with
     /// [`RtcError::NoUpdateEdge`] after `max_wait_ns` of the caller's clock
     /// (pass a bit over a second) — plus a second for each edge a
     /// preemption may have hidden (two polls more than [`UIP_LEAD_NS`]
@@ -181,9 +196,20 @@ impl<H: Hardware> Rtc<H> {
     ) -> Result<RtcEdge, RtcError> {
         self.check_state()?;
         let start = now_ns();
-        let mut deadline = start.saturating_add(max_wait_ns);
+        let deadline = core::cell::Cell::new(start.saturating_add(max_wait_ns));
         let (mut polls, mut moved_at, mut last) = (0u32, 0u32, start);
         let mut hidden = 0u32;
+        // A second and a lead without a rise: UIP is not emulated (see
+        // `next_edge`); the seconds register is watched from then on, and
+        // one more second waited for.
+        let mut watching = false;
+        let watch_seconds = |t: u64| {
+            if !watching && t.saturating_sub(start) > NS_PER_S + UIP_LEAD_NS {
+                watching = true;
+                deadline.set(deadline.get().saturating_add(NS_PER_S));
+            }
+            watching
+        };
         // `rising`: the poll is one of those waiting for UIP to rise, after
         // one that read it low.
         let give_up = |t: u64, rising: bool| {
@@ -193,16 +219,19 @@ impl<H: Hardware> Rtc<H> {
             // the next is waited for too (bounded).
             if rising && t.saturating_sub(last) > UIP_LEAD_NS && hidden < MAX_HIDDEN_EDGES {
                 hidden += 1;
-                deadline = deadline.saturating_add(NS_PER_S);
+                deadline.set(deadline.get().saturating_add(NS_PER_S));
             }
             if t != last {
                 (moved_at, last) = (polls, t);
             }
-            polls > MAX_EDGE_POLLS || polls - moved_at > STOPPED_CLOCK_POLLS || t > deadline
+            polls > MAX_EDGE_POLLS || polls - moved_at > STOPPED_CLOCK_POLLS || t > deadline.get()
         };
-        let (from, rise_by) = self.rise(&mut now_ns, give_up)?;
-        let half = (rise_by - from) / 2;
-        let at_ns = from.saturating_add(half).saturating_add(UIP_LEAD_NS);
+        let (from, by, lead) = match self.next_edge(&mut now_ns, true, watch_seconds, give_up)? {
+            Marker::Rise(from, by) => (from, by, UIP_LEAD_NS),
+            Marker::Change(from, by) => (from, by, 0),
+        };
+        let half = (by - from) / 2;
+        let at_ns = from.saturating_add(half).saturating_add(lead);
         let time = self.read()?;
         // The read must have finished before the next rise could have
         // started another update.
@@ -219,12 +248,12 @@ impl<H: Hardware> Rtc<H> {
 
     /// Waits for the RTC's next second edge, timed on a counter of
     /// unknown rate (the TSC, for its calibration where nothing else gives
-    /// a rate): the update-in-progress flag rose between
-    /// [`rise_from`](CounterEdge::rise_from) and
-    /// [`rise_by`](CounterEdge::rise_by) of `counter`, and the second
-    /// began [`UIP_LEAD_NS`] later (in the counter's units: unknown, so
-    /// only differences between edges are meaningful, and a read delayed
-    /// past the next edge is not detected here: compare several edges).
+    /// a rate): the first poll with UIP low that shows the new second.
+    /// That is a fixed time after the edge on any one RTC (in QEMU the edge
+    /// itself, on an MC146818 the end of its 1984 µs update cycle), so the
+    /// differences between edges are exact to the poll windows; the
+    /// counter's units are unknown here, so a read delayed past the next
+    /// edge is not detected: compare several edges.
     /// Gives up with [`RtcError::NoUpdateEdge`] after `max_counts` of the
     /// counter, when it stands still for 100,000 polls, or after
     /// 100,000,000 polls.
@@ -238,7 +267,7 @@ impl<H: Hardware> Rtc<H> {
     /// let a = rtc.second_edge_on(|| m.rdtsc(), 10_000_000_000).unwrap();
     /// let b = rtc.second_edge_on(|| m.rdtsc(), 10_000_000_000).unwrap();
     /// assert_eq!(b.time.unix_seconds(), a.time.unix_seconds() + 1);
-    /// let ticks = (b.rise_from + b.rise_by) / 2 - (a.rise_from + a.rise_by) / 2;
+    /// let ticks = (b.from + b.by) / 2 - (a.from + a.by) / 2;
     /// assert!(ticks.abs_diff(m.config().tsc_hz) < 100_000, "{ticks}");
     /// ```
     ///
@@ -261,25 +290,36 @@ impl<H: Hardware> Rtc<H> {
                 || polls - moved_at > STOPPED_CLOCK_POLLS
                 || t.wrapping_sub(start) > max_counts
         };
-        let (rise_from, rise_by) = self.rise(&mut counter, give_up)?;
+        let (Marker::Change(from, by) | Marker::Rise(from, by)) =
+            self.next_edge(&mut counter, false, |_| true, give_up)?;
         Ok(CounterEdge {
             time: self.read()?,
-            rise_from,
-            rise_by,
+            from,
+            by,
         })
     }
 
-    /// Polls UIP low, then until it rises: the caller's times just before
-    /// the last poll that read it low and just after the first that read
-    /// it high. `give_up(t, rising)` ends the wait with
-    /// [`RtcError::NoUpdateEdge`].
-    fn rise(
+    /// Polls until the RTC shows its next second edge, by either marker:
+    /// UIP rising (it leads the edge by [`UIP_LEAD_NS`]; skipped when
+    /// `rise_counts` is false) or, with UIP low, the seconds register
+    /// changing. QEMU emulates UIP only while its update timer runs, which
+    /// it stops once the update and alarm flags of status C are set and
+    /// nobody clears them (clockhal never reads status C): then the
+    /// seconds change is the only marker, and in QEMU it is the edge itself
+    /// (its registers follow the host clock on every read). The caller's
+    /// times are those just before the last poll that did not see the
+    /// marker and just after the first that did. `give_up(t, rising)` ends
+    /// the wait with [`RtcError::NoUpdateEdge`].
+    fn next_edge(
         &self,
         now: &mut impl FnMut() -> u64,
+        rise_counts: bool,
+        mut watch_seconds: impl FnMut(u64) -> bool,
         mut give_up: impl FnMut(u64, bool) -> bool,
-    ) -> Result<(u64, u64), RtcError> {
-        // UIP low first, so that its rise is seen.
-        let mut zero_at = loop {
+    ) -> Result<Marker, RtcError> {
+        // UIP low first, so that its rise is seen. `before` is the time
+        // just before the latest poll that saw no marker.
+        let mut before = loop {
             let t = now();
             if !self.uip() {
                 break t;
@@ -288,18 +328,34 @@ impl<H: Hardware> Rtc<H> {
                 return Err(RtcError::NoUpdateEdge);
             }
         };
-        let rise_by = loop {
+        // The seconds register is read (with UIP just seen low) only once
+        // `watch_seconds` says so: each read widens the rise's window.
+        let mut second = None;
+        let mut low = true;
+        loop {
             let t = now();
             if self.uip() {
-                break now();
+                if rise_counts && low {
+                    let by = now();
+                    return Ok(Marker::Rise(before.min(by), by));
+                }
+                low = false;
+            } else {
+                low = true;
+                if watch_seconds(t) {
+                    let s = self.cmos(reg::SECONDS);
+                    if second.is_some_and(|old| old != s) {
+                        let by = now();
+                        return Ok(Marker::Change(before.min(by), by));
+                    }
+                    second = Some(s);
+                }
             }
-            zero_at = t;
-            if give_up(t, true) {
+            before = t;
+            if give_up(t, low) {
                 return Err(RtcError::NoUpdateEdge);
             }
-        };
-        // Saturating: the caller's clock is not trusted to be sane either.
-        Ok((zero_at.min(rise_by), rise_by))
+        }
     }
 
     fn cmos(&self, index: u8) -> u8 {

@@ -352,11 +352,11 @@ impl SecondEdge {
     }
 }
 
-/// Edges a [`calibrate_against_seconds`] span has: two intervals, each a
-/// check on the other.
-const SPAN_EDGES: usize = 3;
-/// Edges taken at most (the first window that agrees wins).
+/// Edges taken at most: a loaded host's preemptions widen the edges'
+/// windows, and more edges give narrower ones and longer spans.
 const MAX_SECOND_EDGES: usize = 6;
+/// A span this good ends the search early.
+const GOOD_ENOUGH_PPM: u32 = 50;
 /// Most seconds one interval may cover (edges missed in between are fine:
 /// seconds are counted, not assumed).
 const MAX_INTERVAL_SECONDS: u64 = 3;
@@ -369,13 +369,14 @@ const INTERVAL_AGREEMENT_PPM: u64 = 1_000;
 /// counter exists: QEMU `microvm,pit=off`). `next_edge` waits for the next
 /// edge and returns it timed on the TSC (`None`: no edge, gives up).
 ///
-/// Takes three edges (two to three seconds) and checks that the two
-/// intervals between them give the same rate per second of the reference
-/// (a second misread after a long preemption, or an edge timed late,
-/// breaks that); otherwise slides on by one edge, up to six edges. The
-/// rate is the span's TSC ticks over its seconds; its uncertainty is the
-/// two end windows' half widths over the span (a 40 µs window on a 2 s
-/// span: 20 ppm), not counting the reference's own rate error (an emulated
+/// Takes three edges (two to three seconds), and more, up to six, until
+/// some span is within 50 ppm (a loaded host's preemptions widen the
+/// windows): a span is three successive edges whose two intervals give the same rate
+/// per second of the reference (a second misread after a long preemption,
+/// or an edge timed late, breaks that), and the best span wins. The rate
+/// is the span's TSC ticks over its seconds; its uncertainty is the two
+/// end windows' half widths over the span (a 40 µs window on a 2 s span:
+/// 20 ppm), not counting the reference's own rate error (an emulated
 /// RTC follows the host's clock; a PC's 32.768 kHz crystal is typically
 /// within ±20-100 ppm).
 ///
@@ -395,33 +396,38 @@ const INTERVAL_AGREEMENT_PPM: u64 = 1_000;
 /// assert_eq!(c.rate.hz_rounded(), 3_000_000_000);
 /// assert!(c.uncertainty_ppm <= 2);
 /// ```
+///
+/// Interrupt-safe: no (waits seconds for the edges).
 pub fn calibrate_against_seconds(
     mut next_edge: impl FnMut() -> Option<SecondEdge>,
     reference: &'static str,
 ) -> Result<Calibration, CalibrationError> {
-    let mut edges = [None::<SecondEdge>; SPAN_EDGES];
-    let mut inconsistent = false;
-    for taken in 0..MAX_SECOND_EDGES {
-        let e = next_edge().ok_or(if inconsistent {
-            CalibrationError::ReferenceInconsistent
-        } else {
-            CalibrationError::ReferenceStuck
-        })?;
-        edges.rotate_left(1);
-        edges[SPAN_EDGES - 1] = Some(e);
-        if taken + 1 < SPAN_EDGES {
-            continue;
-        }
-        let [Some(a), Some(b), Some(c)] = edges else {
-            continue;
+    let mut edges = [None::<SecondEdge>; MAX_SECOND_EDGES];
+    let mut best: Option<Calibration> = None;
+    let mut error = CalibrationError::ReferenceStuck;
+    for n in 0..MAX_SECOND_EDGES {
+        let Some(e) = next_edge() else {
+            break;
         };
-        match second_span(&a, &b, &c) {
-            Ok(cal) => return Ok(Calibration { reference, ..cal }),
-            Err(CalibrationError::ReferenceInconsistent) => inconsistent = true,
-            Err(e) => return Err(e),
+        edges[n] = Some(e);
+        // The span of the last three edges.
+        if let (Some(a), Some(b)) = (
+            n.checked_sub(2).and_then(|i| edges[i]),
+            n.checked_sub(1).and_then(|i| edges[i]),
+        ) {
+            match second_span(&a, &b, &e) {
+                Ok(c) if best.is_none_or(|b| c.uncertainty_ppm < b.uncertainty_ppm) => {
+                    best = Some(c)
+                }
+                Ok(_) => {}
+                Err(e) => error = e,
+            }
+        }
+        if best.is_some_and(|b| b.uncertainty_ppm <= GOOD_ENOUGH_PPM) {
+            break;
         }
     }
-    Err(CalibrationError::ReferenceInconsistent)
+    best.map(|c| Calibration { reference, ..c }).ok_or(error)
 }
 
 /// The rate over edges `a`..`c`, if the intervals `a`..`b` and `b`..`c`

@@ -198,7 +198,10 @@ pub struct Tsc<H: Hardware> {
 impl<H: Hardware> Tsc<H> {
     /// Gathers invariance, rate and sync status (see the crate docs).
     /// Calibrates only when `opts.reference` is given, spending up to
-    /// `opts.policy.calibration_budget` of reference time.
+    /// `opts.policy.calibration_budget` of reference time; else takes
+    /// `opts.measured` as its calibration, if any.
+    ///
+    /// Interrupt-safe: no (calibrates; claims per-CPU memory).
     pub fn probe(hw: H, opts: &TscOptions<'_>) -> Result<Tsc<H>, TscError> {
         if hw.cpuid(1, 0).edx & (1 << 4) == 0 {
             return Err(TscError::NoTsc);
