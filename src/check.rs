@@ -1,9 +1,10 @@
 //! The probe-time self-check: does each candidate advance, stay monotonic
 //! over a few reads, and tick at roughly the rate the others measure?
 //!
-//! Everything is bounded by read counts (and the rate check additionally by
-//! [`SelfCheck::rate_interval`] of the fastest-to-read candidate), so a
-//! stuck or hostile device costs at most a few thousand reads.
+//! Everything is bounded by read counts and by time: the advance check of
+//! a software-extended counter by the longest time it may legitimately
+//! hold (at most 2.5 s, timed by another candidate), the rate check by [`SelfCheck::rate_interval`]
+//! of the fastest-to-read candidate.
 //!
 //! The rate check reads every eligible candidate at the start and the end
 //! of one common interval, each read bracketed by two reads of a *pacer*
@@ -44,12 +45,17 @@ use clockhal_core::{ppm, Bracketed, ClockSource, CounterDomain, Duration, Scale}
 #[non_exhaustive]
 pub struct SelfCheck {
     /// Back-to-back reads allowed for the counter to change at all
-    /// (default 2000), else it is demoted as not advancing. Counted in
-    /// reads, not time (no time reference is trusted yet): 2,000 reads of a
-    /// no-trap source take some 40 µs, so an OS-supplied source
-    /// ([`Platform::extra`](crate::Platform::extra)) that counts more slowly
-    /// than that (a 1 kHz tick) needs more reads here. kvmclock is checked
-    /// with exact readings whatever [`Platform::clamp_granule`](crate::Platform::clamp_granule) says.
+    /// (default 2000), else it is demoted as not advancing. A
+    /// software-extended counter read more than half a wrap late holds
+    /// until its count passes the old value (the PIT up to 27.5 ms, a
+    /// 24-bit PM timer up to 2.34 s): where another candidate with a rate
+    /// (the TSC) can time it, its check goes on past this count until half
+    /// its wrap plus 1 ms passed (at most 2.5 s). Otherwise it is a read
+    /// count: 2,000 reads of a no-trap source take some 40 µs, so an
+    /// OS-supplied source ([`Platform::extra`](crate::Platform::extra))
+    /// that counts more slowly than that (a 1 kHz tick) needs more reads
+    /// here. kvmclock is checked with exact readings whatever
+    /// [`Platform::clamp_granule`](crate::Platform::clamp_granule) says.
     pub advance_reads: u32,
     /// Consecutive reads that must not decrease (default 16).
     pub monotonic_reads: u32,
@@ -125,8 +131,8 @@ pub(crate) fn run(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
         if !matches!(c.verdict, Verdict::Usable(_)) {
             continue;
         }
-        let outcome =
-            advances(s, cfg.advance_reads).and_then(|()| monotonic(s, cfg.monotonic_reads));
+        let outcome = advances(s, timer(report, sources, id), cfg)
+            .and_then(|()| monotonic(s, cfg.monotonic_reads));
         if let (Err(d), Some(c)) = (outcome, report.get_mut(id)) {
             c.demote(d);
         }
@@ -137,11 +143,64 @@ pub(crate) fn run(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     rate_check(report, sources, cfg);
 }
 
-fn advances(s: &dyn ClockSource, reads: u32) -> Result<(), Demotion> {
+/// Added to the half wrap a software-extended counter may legitimately
+/// stand still (read more than half a wrap after its previous read, it
+/// holds until its count passes the old value again: less than half a
+/// wrap, the PIT's 27.5 ms, a 24-bit PM timer's 2.34 s).
+const ADVANCE_MARGIN_NS: u64 = 1_000_000;
+/// Longest hold waited out: a 24-bit PM timer's half wrap (2.34 s) and
+/// margin. A stuck counter costs at most this much boot time; a longer hold
+/// (a 32-bit HPET read 21 s late) still fails the check.
+const MAX_HOLD_WAIT_NS: u64 = 2_500_000_000;
+/// Reads of the candidate per read of the timer while waiting out a hold.
+const TIMER_EVERY_READS: u64 = 64;
+
+/// What times [`advances`]: the best eligible candidate on another counter
+/// (the TSC where it has a rate), with its rate.
+fn timer<'a>(
+    report: &Report,
+    sources: &Sources<'a>,
+    id: SourceId,
+) -> Option<(&'a dyn ClockSource, Scale)> {
+    let own = id.domain();
+    let t = crate::select::best(report, |c| {
+        c.id != id && c.id.domain() != own && sources[c.id.index()].is_some()
+    })?;
+    Some((sources[t.index()]?, Scale::new(report.get(t)?.frequency()?)))
+}
+
+/// Whether `s` advances: within [`SelfCheck::advance_reads`] reads, or,
+/// for a software-extended counter where `timer` (another counter) shows
+/// time passing, within its longest legitimate hold by that timer (half its
+/// wrap plus [`ADVANCE_MARGIN_NS`], at most [`MAX_HOLD_WAIT_NS`]) —
+/// a read count alone punished a
+/// PIT read 27-55 ms after its previous read (a vCPU preempted on a loaded
+/// host), held for up to 27 ms while 2,000 reads take a few. Bounded by
+/// [`SelfCheck::max_pacing_reads`] reads too.
+fn advances(
+    s: &dyn ClockSource,
+    timer: Option<(&dyn ClockSource, Scale)>,
+    cfg: &SelfCheck,
+) -> Result<(), Demotion> {
+    let half_wrap_ns = s
+        .max_read_interval()
+        .map(|ticks| Scale::new(s.frequency()).ticks_to_ns(ticks));
+    // Only a software-extended counter holds after a late read.
+    let timer = timer.filter(|_| half_wrap_ns.is_some());
+    let hold_ns = half_wrap_ns
+        .unwrap_or(0)
+        .saturating_add(ADVANCE_MARGIN_NS)
+        .min(MAX_HOLD_WAIT_NS);
+    // The timer's reading when the current hold may have begun, and at
+    // its last read.
+    let t0 = timer.map(|(t, _)| t.read());
+    let (mut since, mut last) = (t0.unwrap_or(0), t0.unwrap_or(0));
     let first = s.read();
     let mut prev = first;
-    for _ in 0..reads {
+    let mut reads = 0u64;
+    loop {
         let v = s.read();
+        reads += 1;
         if v < prev {
             return Err(Demotion::WentBackwards);
         }
@@ -149,8 +208,31 @@ fn advances(s: &dyn ClockSource, reads: u32) -> Result<(), Demotion> {
             return Ok(());
         }
         prev = v;
+        let check = reads % TIMER_EVERY_READS == 0 || reads == cfg.advance_reads as u64;
+        if !check {
+            continue;
+        }
+        // Goes on past the read count only while the timer shows less than
+        // the hold since its start. A gap of more than half a wrap between
+        // two timer reads (a preemption) may start a new hold: counted
+        // from there. A timer that stands still shows no time at all.
+        let in_hold = match (timer, t0) {
+            (Some((t, scale)), Some(t0)) => {
+                let now = t.read();
+                if half_wrap_ns.is_some_and(|h| scale.ticks_to_ns(now.saturating_sub(last)) > h) {
+                    since = now;
+                }
+                last = now;
+                now > t0 && scale.ticks_to_ns(now.saturating_sub(since)) < hold_ns
+            }
+            _ => false,
+        };
+        if reads >= cfg.max_pacing_reads || (reads >= cfg.advance_reads as u64 && !in_hold) {
+            return Err(Demotion::NotAdvancing {
+                reads: u32::try_from(reads).unwrap_or(u32::MAX),
+            });
+        }
     }
-    Err(Demotion::NotAdvancing { reads })
 }
 
 fn monotonic(s: &dyn ClockSource, reads: u32) -> Result<(), Demotion> {

@@ -161,6 +161,7 @@ mod settings;
 mod wait;
 #[cfg(feature = "rtc")]
 mod wall_clock;
+mod wall_time;
 
 pub use candidate::{Candidate, Demotion, Note, Rejection, SourceId, Verdict, MAX_CANDIDATES};
 pub use check::SelfCheck;
@@ -178,6 +179,7 @@ pub use probe::{probe, Probed, HPET_REGION_LEN};
 pub use probe_cost::ProbeCost;
 pub use report::{Report, Table};
 pub use wait::{Stalled, STALL_READS};
+pub use wall_time::{ImplausibleWallTime, PLAUSIBLE_UNIX_SECONDS};
 
 /// The hardware-free core (trait, scaling, selection, watchdog).
 #[doc(inline)]

@@ -67,6 +67,8 @@ pub struct Platform<'a> {
     pub(crate) pm_timer: Option<(u16, bool)>,
     #[cfg(feature = "pit")]
     pub(crate) pit: Option<clockhal_pit::PitOptions>,
+    #[cfg(feature = "rtc")]
+    pub(crate) rtc_reference: bool,
     pub(crate) pvclock_areas: Option<PhysMapped<[PvclockVcpuTimeInfo]>>,
     pub(crate) pvclock_wall_clock: Option<PhysMapped<PvclockWallClock>>,
     pub(crate) hyperv_tsc_page: Option<PhysMapped<HvReferenceTscPage>>,
@@ -149,6 +151,8 @@ impl<'a> Platform<'a> {
             pit: Some(clockhal_pit::PitOptions {
                 as_clock: clockhal_pit::ReadCommitment::None,
             }),
+            #[cfg(feature = "rtc")]
+            rtc_reference: true,
             pvclock_areas: None,
             pvclock_wall_clock: None,
             hyperv_tsc_page: None,
@@ -226,6 +230,29 @@ impl<'a> Platform<'a> {
     #[cfg(feature = "pit")]
     pub fn pit(mut self, options: Option<clockhal_pit::PitOptions>) -> Self {
         self.pit = options;
+        self
+    }
+
+    /// Whether the probe may time the CMOS RTC's second edges to give the
+    /// TSC a rate where nothing else can (feature `rtc`; default yes): no
+    /// stated rate (CPUID, hypervisor, OS), no HPET, no PM timer, no PIT,
+    /// no OS reference — QEMU `-M microvm,pit=off` under TCG, where Linux
+    /// finds no clock to calibrate against. It costs two to three seconds
+    /// of boot (three edges; up to six, some six seconds, where a loaded
+    /// host's preemptions widen the edges' windows) and gives the rate to
+    /// within 100 ppm (the edges' poll windows over the span, plus the RTC's
+    /// own rate error: its host's clock when emulated, a PC crystal's
+    /// ±20-100 ppm).
+    /// Ports 0x70/0x71 are read during the probe only then (status A and
+    /// the time registers, as
+    /// [`Clock::set_wall_clock_from_rtc`](crate::Clock::set_wall_clock_from_rtc)
+    /// does): turning on the `rtc` feature is the OS's consent; `false`
+    /// withdraws it for the probe (an OS whose CMOS driver already runs).
+    ///
+    /// Interrupt-safe: yes (a builder; touches no hardware).
+    #[cfg(feature = "rtc")]
+    pub fn rtc_reference(mut self, allowed: bool) -> Self {
+        self.rtc_reference = allowed;
         self
     }
 

@@ -55,9 +55,15 @@ impl<H: Hardware + Clone> Clock<H> {
     ///
     /// Waits at most `max_wait` of clock time (pass at least 1.1 s to be
     /// sure to see an edge), trying up to three edges when a read ends too
-    /// late after one. Errors are the RTC's ([`RtcError`]): no device, a
-    /// dead battery, no edge in time, an invalid register. The wall time
-    /// is left as it was on error.
+    /// late after one, and a second longer for each edge a preemption of
+    /// the vCPU may have hidden (UIP rises only 244 µs before the edge; at
+    /// most [`MAX_HIDDEN_EDGES`](clockhal_rtc::MAX_HIDDEN_EDGES)). Errors
+    /// are the RTC's ([`RtcError`]): no device, a dead battery, no edge in
+    /// time, an invalid register, a time outside
+    /// [`PLAUSIBLE_UNIX_SECONDS`](crate::PLAUSIBLE_UNIX_SECONDS)
+    /// ([`RtcError::ImplausibleTime`]). The wall time is left as it was on
+    /// error. After [`resume`](Self::resume) call it again: the clock does
+    /// not count the time the machine was off.
     ///
     /// # How accurate
     /// The RTC counts whole seconds: read at an arbitrary moment it is up
@@ -94,6 +100,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// let unix = clock.unix_time_ns().unwrap();
     /// assert_eq!(unix / 1_000_000_000, 1_796_128_497);
     /// ```
+    ///
+    /// Interrupt-safe: no (waits up to seconds; takes the watchdog lock).
     pub fn set_wall_clock_from_rtc(&self, max_wait: Duration) -> Result<RtcEdge, RtcError> {
         self.set_wall_clock_from_rtc_with(&self.rtc_options(), max_wait)
     }
@@ -112,6 +120,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// let edge = clock.set_wall_clock_from_rtc_with(&options, Duration::from_millis(1_100)).unwrap();
     /// assert_eq!(edge.time.unix_seconds(), 1_796_128_497);
     /// ```
+    ///
+    /// Interrupt-safe: no (as [`set_wall_clock_from_rtc`](Self::set_wall_clock_from_rtc)).
     pub fn set_wall_clock_from_rtc_with(
         &self,
         options: &RtcOptions,
@@ -133,7 +143,10 @@ impl<H: Hardware + Clone> Clock<H> {
         let mut edge = result?;
         // The polls were timed with this clock: known only to its resolution.
         edge.uncertainty_ns = edge.uncertainty_ns.saturating_add(self.resolution_ns());
-        self.set_unix_time(edge.unix_ns_at(self.now_ns()));
+        self.set_unix_time(edge.unix_ns_at(self.now_ns()))
+            .map_err(|_| RtcError::ImplausibleTime {
+                year: edge.time.year,
+            })?;
         Ok(edge)
     }
 }

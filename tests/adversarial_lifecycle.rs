@@ -192,25 +192,80 @@ fn a_partition_whose_time_ref_count_faults_after_the_probe_never_panics() {
 }
 
 #[test]
-fn unix_time_saturates_instead_of_wrapping() {
+fn an_implausible_unix_time_is_refused_whatever_its_source() {
+    // Issue 26: set_unix_time(u64::MAX - 1_000) was taken, and
+    // unix_time_ns() stood still at u64::MAX; 0 was taken as the uptime.
+    // Both are refused now, the wall time stays as it was.
     let m = leak(SimMachine::kvm());
     let (c, _) = clock(m);
     m.advance(ms(10));
-    c.set_unix_time(u64::MAX - 1_000);
-    m.advance(ms(1));
-    assert_eq!(c.unix_time_ns(), Some(u64::MAX));
-    m.advance(ms(1));
-    assert_eq!(c.unix_time_ns(), Some(u64::MAX), "wrapped past 2554");
-    // A Unix time before the clock's own start is taken as its uptime.
-    c.set_unix_time(0);
-    let (a, now) = (c.unix_time_ns().unwrap(), c.now().as_nanos());
-    assert!(
-        a >= now.saturating_sub(1_000) && a <= now + 1_000_000,
-        "{a} vs {now}"
-    );
-    // And it advances with the clock.
+    let known = c.unix_time_ns().unwrap(); // kvmclock's wall clock
+    let offset = |c: &adversarial::SimClock| c.unix_time_ns().unwrap() - c.now().as_nanos();
+    let before = offset(&c);
+    for bad in [u64::MAX - 1_000, u64::MAX, 0, 946_684_799_999_999_999] {
+        assert_eq!(
+            c.set_unix_time(bad),
+            Err(clockhal::ImplausibleWallTime { unix_ns: bad })
+        );
+        assert!(offset(&c).abs_diff(before) <= 1, "{bad} changed it");
+    }
+    assert!(c.unix_time_ns().unwrap() >= known);
+    // The last plausible nanosecond is taken, and time goes on past it
+    // (no saturation for centuries).
+    let last = clockhal::PLAUSIBLE_UNIX_SECONDS.end * 1_000_000_000 - 1;
+    c.set_unix_time(last).unwrap();
+    let a = c.unix_time_ns().unwrap();
+    assert!(a >= last && a <= last + 1_000_000, "{a}");
     m.advance(ms(5));
     assert!(c.unix_time_ns().unwrap() >= a + ms(5));
+    drop(c);
+
+    // kvmclock's wall clock from a host that left it at the epoch (sec 0):
+    // no wall time rather than 1970.
+    let mut config = SimMachine::kvm_config();
+    config.kvm.as_mut().unwrap().wall_epoch_sec = 0;
+    let m = leak(config.build());
+    let (c, _) = clock(m);
+    assert_eq!(c.unix_time_ns(), None, "1970 from kvmclock was taken");
+}
+
+/// kvmclock's wall-clock truth on the simulated host: its epoch plus the
+/// host's time.
+fn kvm_unix_ns(m: &SimMachine) -> u64 {
+    let epoch = m.config().kvm.as_ref().unwrap().wall_epoch_sec as u64;
+    epoch * 1_000_000_000 + m.now_ns()
+}
+
+#[test]
+fn after_an_hour_of_s3_the_wall_time_is_kvmclocks_again() {
+    // Issue 26: after an hour of S3 and resume(), unix_time_ns() was an
+    // hour behind: now() does not count the time off, and nothing read
+    // kvmclock's wall clock again.
+    let m = leak(SimMachine::kvm());
+    let (c, _) = clock(m);
+    m.advance(ms(5_000));
+    assert!(c.unix_time_ns().unwrap().abs_diff(kvm_unix_ns(m)) <= ms(1));
+    let before = c.now();
+    // S3: an hour off, registrations and the HPET reset.
+    m.advance(3_600_000_000_000);
+    m.write_msr(Msr::KVM_SYSTEM_TIME_NEW, 0);
+    m.mmio_write64(m.hpet_region().unwrap(), 0x10, 0);
+    c.resume().unwrap();
+    let after = c.now();
+    assert!(after >= before && after.duration_since(before).as_nanos() < ms(1));
+    let err = c.unix_time_ns().unwrap().abs_diff(kvm_unix_ns(m));
+    assert!(err <= ms(1), "wall time off by {err} ns after S3");
+    race(&c, m, &[0], false, |readers| {
+        ticks(&c, m, readers, 6, 100);
+    });
+    let err = c.unix_time_ns().unwrap().abs_diff(kvm_unix_ns(m));
+    assert!(err <= ms(1), "wall time off by {err} ns");
+    // An OS-set wall time is the OS's: resume does not overwrite it.
+    let mine = kvm_unix_ns(m) + 7_000_000_000;
+    c.set_unix_time(mine).unwrap();
+    m.advance(ms(1_000));
+    c.resume().unwrap();
+    assert!(c.unix_time_ns().unwrap().abs_diff(mine) <= ms(2));
 }
 
 /// A supervised TSC on KVM (kvmclock demoted for a bad update, but still

@@ -213,3 +213,113 @@ fn a_stuck_update_flag_is_an_error_within_the_wait() {
     );
     assert!(m.now_ns() - t0 <= WAIT.as_nanos() + 3_000_000);
 }
+
+#[test]
+fn an_rtc_year_the_clock_cannot_be_in_is_refused() {
+    // Issue 26: a corrupt century register (year 9999) or 2600 made
+    // unix_time_ns() u64::MAX, standing still; 1980 is an RTC after a
+    // reset. Each is refused and the wall time stays as it was.
+    let tables = AcpiTablesBuilder::q35().build(); // FADT CENTURY = 0x32
+    let memory = tables.memory();
+    for (century, yy, year) in [(0x99, 0x99, 9999), (0x26, 0x00, 2600), (0x19, 0x80, 1980)] {
+        let rtc = RtcConfig::qemu()
+            .with_forced(0x32, century)
+            .with_forced(0x09, yy);
+        let m = SimMachine::qemu_tcg_config().with_rtc(rtc).build();
+        let clock = clockhal::probe(&m, Platform::new().acpi(tables.rsdp(), &memory))
+            .into_clock()
+            .unwrap();
+        assert_eq!(
+            clock.set_wall_clock_from_rtc(WAIT),
+            Err(RtcError::ImplausibleTime { year }),
+            "year {year}"
+        );
+        assert_eq!(clock.unix_time_ns(), None, "year {year} was taken");
+    }
+}
+
+#[test]
+fn after_s3_the_os_sets_the_wall_time_from_the_rtc_again() {
+    // An RTC-based OS: resume() cannot know the time spent in S3; the
+    // RTC kept counting, and set_wall_clock_from_rtc after resume (as the
+    // resume docs ask) puts the wall time right again.
+    let m: &'static SimMachine = Box::leak(Box::new(SimMachine::bare_metal()));
+    let clock = clockhal::probe(m, Platform::new()).into_clock().unwrap();
+    let edge = clock.set_wall_clock_from_rtc(WAIT).unwrap();
+    assert!(wall_error(m, &clock) <= edge.uncertainty_ns + 2);
+    m.advance(3_600 * S); // an hour in S3
+    clock.resume().unwrap();
+    assert!(
+        wall_error(m, &clock) >= 3_599 * S,
+        "resume cannot know S3's length from an OS-set wall time"
+    );
+    let edge = clock.set_wall_clock_from_rtc(WAIT).unwrap();
+    assert!(wall_error(m, &clock) <= edge.uncertainty_ns + 2);
+}
+
+/// A machine whose vCPU is descheduled for `gap_ns` whenever it would
+/// poll inside the RTC's update-in-progress window (the first `times`
+/// windows): the whole rise of UIP falls between two polls.
+fn preempted_across_uip(times: u32, gap_ns: u64) -> &'static SimMachine {
+    let m: &'static SimMachine = Box::leak(Box::new(SimMachine::qemu_tcg()));
+    let left = Arc::new(std::sync::atomic::AtomicU32::new(times));
+    m.set_rdtsc_hook(move |m| {
+        let into_second = true_unix_ns(m) % S;
+        if into_second >= S - clockhal_sim::UIP_LEAD_NS - 2_000
+            && left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            m.advance(gap_ns);
+        }
+    });
+    m
+}
+
+#[test]
+fn an_update_window_hidden_by_a_preemption_is_bad_luck_not_an_error() {
+    // Issue 26: NoUpdateEdge in 3 of 24 calls under QEMU TCG on a loaded
+    // host: UIP is up for only 244 µs before the edge, and a vCPU
+    // descheduled across it never sees it rise. With 1.1 s to wait, the
+    // next edge was too late. Now a poll gap longer than the window waits
+    // for the next edge too (once or twice).
+    for hidden in [1, 2] {
+        let m = preempted_across_uip(hidden, 300_000);
+        let clock = clockhal::probe(m, Platform::new()).into_clock().unwrap();
+        let t0 = m.now_ns();
+        let edge = clock.set_wall_clock_from_rtc(WAIT);
+        m.clear_rdtsc_hook();
+        let edge = edge.unwrap_or_else(|e| panic!("{hidden} hidden: {e}"));
+        assert!(wall_error(m, &clock) <= edge.uncertainty_ns + 2);
+        assert!(m.now_ns() - t0 <= WAIT.as_nanos() + hidden as u64 * S);
+    }
+    // A preemption across every update window: after a second without a
+    // rise the seconds register is watched, and its change (seen after the
+    // preemption) gives the edge, with the preemption in its uncertainty.
+    // Bounded by the wait plus two seconds.
+    let m = preempted_across_uip(u32::MAX, 300_000);
+    let clock = clockhal::probe(m, Platform::new()).into_clock().unwrap();
+    let t0 = m.now_ns();
+    let r = clock.set_wall_clock_from_rtc(WAIT);
+    m.clear_rdtsc_hook();
+    assert!(m.now_ns() - t0 <= WAIT.as_nanos() + 2 * S + 3_000_000);
+    let edge = r.unwrap();
+    assert!(edge.uncertainty_ns <= 300_000, "{}", edge.uncertainty_ns);
+    assert!(wall_error(m, &clock) <= edge.uncertainty_ns + 2);
+}
+
+#[test]
+fn an_rtc_whose_update_flag_never_rises_still_gives_its_edge() {
+    // QEMU stops emulating UIP once status C's update and alarm flags are
+    // set and nobody clears them (clockhal never reads status C): seen in
+    // `-M microvm` after two edges. The seconds register's change is then
+    // the edge (QEMU computes the registers from its clock on each read).
+    let rtc = RtcConfig::qemu().with_forced(0x0A, 0x26);
+    let m = SimMachine::qemu_tcg_config().with_rtc(rtc).build();
+    let clock = clockhal::probe(&m, Platform::new()).into_clock().unwrap();
+    let t0 = m.now_ns();
+    let edge = clock.set_wall_clock_from_rtc(WAIT).unwrap();
+    assert!(m.now_ns() - t0 <= WAIT.as_nanos() + S);
+    assert!(edge.uncertainty_ns < 50_000, "{}", edge.uncertainty_ns);
+    assert!(wall_error(&m, &clock) <= edge.uncertainty_ns + 2);
+}

@@ -92,7 +92,7 @@ fn the_page_follows_the_clock_through_every_switch() {
 fn the_page_carries_the_wall_time() {
     let m = SimMachine::kvm();
     let (clock, view) = setup(&m);
-    clock.set_unix_time(1_700_000_000_000_000_000);
+    clock.set_unix_time(1_700_000_000_000_000_000).unwrap();
     let unix = view
         .read_with(|| Hardware::rdtsc_ordered(&&m))
         .unwrap()

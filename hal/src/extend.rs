@@ -61,6 +61,9 @@ impl<C: Cell64> WrapExtender<C> {
     }
 
     /// Places `raw` (a fresh N-bit reading) on the 64-bit timeline.
+    ///
+    /// Interrupt-safe: yes with atomic cells (lock-free); with a
+    /// critical-section cell, as safe as the OS's critical section.
     #[inline]
     pub fn extend(&self, raw: u64) -> u64 {
         let raw = raw & self.mask;
@@ -72,6 +75,49 @@ impl<C: Cell64> WrapExtender<C> {
             } else {
                 Some(last.wrapping_add(delta))
             }
+        })
+    }
+
+    /// Places `raw`, read between `min` and `max` ticks (by an independent
+    /// counter, e.g. the TSC bracketing both reads) after the previous
+    /// read, on the 64-bit timeline: at the one wrap count that puts it in
+    /// that range (widened by an eighth of a wrap each way for the other
+    /// counter's rate error), so a read more than half a wrap late moves on
+    /// instead of holding and whole wraps missed are counted. Where no
+    /// placement or more than one fits, or `max` is at most half a wrap:
+    /// as [`extend`](Self::extend). Never behind the last value.
+    ///
+    /// ```
+    /// use clockhal_core::WrapExtender;
+    /// let ext: WrapExtender = WrapExtender::new(16, 0);
+    /// // 40,000 ticks later (more than half of 65,536): not held.
+    /// assert_eq!(ext.extend_after(40_000, 40_000, 40_100), 40_000);
+    /// // Two wraps and 100 ticks later.
+    /// assert_eq!(ext.extend_after(40_100, 131_000, 131_200), 40_000 + 131_172);
+    /// ```
+    ///
+    /// Interrupt-safe: as [`extend`](Self::extend).
+    pub fn extend_after(&self, raw: u64, min: u64, max: u64) -> u64 {
+        let raw = raw & self.mask;
+        let (mask, half) = (self.mask, self.half);
+        if mask == u64::MAX || max <= half {
+            return self.extend(raw);
+        }
+        let wrap = mask + 1;
+        let slack = wrap / 8;
+        let (lo, hi) = (min.saturating_sub(slack), max.saturating_add(slack));
+        self.last.update(|last| {
+            let delta = raw.wrapping_sub(last) & mask;
+            // The first placement at or above `lo`, and whether it is the
+            // only one up to `hi`.
+            let wraps = lo.saturating_sub(delta).div_ceil(wrap);
+            let step = wraps.checked_mul(wrap)?.checked_add(delta)?;
+            let unique = step <= hi && step.saturating_add(wrap) > hi;
+            if step == 0 || !unique {
+                // Unclear: the plain rule.
+                return (delta != 0 && delta <= half).then(|| last.wrapping_add(delta));
+            }
+            Some(last.wrapping_add(step))
         })
     }
 
@@ -219,6 +265,43 @@ mod tests {
     #[test]
     fn concurrent_readers_critical_section() {
         concurrent::<CriticalSectionCell>();
+    }
+
+    #[test]
+    fn a_late_read_is_placed_by_the_elapsed_time() {
+        // Gaps from just over half a wrap to 5 wraps, known to within a
+        // window of up to half a wrap that is itself off by up to 1/16
+        // wrap: every reading lands on the truth (the plain rule holds
+        // those between half and one wrap, and loses every whole wrap).
+        let wrap = 1u64 << 16;
+        let mut truth = 7u64;
+        let e: WrapExtender = WrapExtender::new(16, truth);
+        let mut seed = 5u64;
+        for _ in 0..10_000 {
+            let gap = wrap / 2 + wrap / 16 + 1 + rng(&mut seed) % (4 * wrap);
+            let width = rng(&mut seed) % (wrap / 2);
+            let below = rng(&mut seed) % (width + 1);
+            let err = (rng(&mut seed) % (wrap / 8)) as i64 - (wrap / 16) as i64;
+            truth += gap;
+            let min = (gap - below) as i64 + err;
+            let max = min as u64 + width;
+            let v = e.extend_after(truth & 0xFFFF, min as u64, max);
+            assert_eq!(v, truth, "gap {gap} in {min}..={max}");
+        }
+        // Short gaps follow the plain rule.
+        truth += 1_000;
+        assert_eq!(e.extend_after(truth & 0xFFFF, 990, 1_010), truth);
+    }
+
+    #[test]
+    fn an_unclear_range_falls_back_to_the_plain_rule() {
+        let e: WrapExtender = WrapExtender::new(16, 0);
+        // The range says about 1.5 wraps, the reading says +100: nothing fits.
+        assert_eq!(e.extend_after(100, 98_000, 98_600), 100);
+        // Behind, and a range wider than a wrap: two placements fit, held.
+        assert_eq!(e.extend_after(50, 40_000, 140_000), 100);
+        // Behind and nothing fits: held.
+        assert_eq!(e.extend_after(60, 100_000, 101_000), 100);
     }
 
     #[test]

@@ -174,6 +174,8 @@ pub struct Clock<H: Hardware + Clone> {
     /// Unix ns at clock ns 0 (wrapping), if known.
     pub(crate) unix_offset: AtomicU64,
     pub(crate) unix_known: AtomicBool,
+    /// The wall time came from kvmclock's wall clock (re-read at resume).
+    pub(crate) wall_from_kvmclock: AtomicBool,
     /// The backends' combined epochs last seen ([`Clock::follow_backend_epochs`]).
     pub(crate) backend_epochs: AtomicU32,
     /// The clamp takes the floors' maximum again at the next tick.
@@ -276,6 +278,7 @@ impl<H: Hardware + Clone> Clock<H> {
             switches: AtomicU32::new(0),
             unix_offset: AtomicU64::new(0),
             unix_known: AtomicBool::new(false),
+            wall_from_kvmclock: AtomicBool::new(false),
             backend_epochs: AtomicU32::new(0),
             reclamp: AtomicBool::new(false),
             clock_page,
@@ -675,7 +678,17 @@ impl<H: Hardware + Clone> Clock<H> {
     /// application processor then calls
     /// [`resume_this_cpu`](Self::resume_this_cpu).
     ///
-    /// Interrupt-safe: no (takes the watchdog lock).
+    /// `now()` does not count the time the machine was off (it continues
+    /// from the last instant returned), but the wall time must: where it
+    /// came from kvmclock's wall clock, it is read again from the restored
+    /// host here (an implausible answer leaves it as it was). Where the OS
+    /// set it ([`set_unix_time`](Self::set_unix_time), or the RTC through
+    /// `set_wall_clock_from_rtc`, feature `rtc`), it is behind by the time
+    /// off until the OS sets it again: call `set_wall_clock_from_rtc`
+    /// (up to a second, so not done here) or `set_unix_time` after
+    /// `resume`.
+    ///
+    /// Interrupt-safe: no (takes the watchdog lock; reprograms devices).
     pub fn resume(&self) -> Result<(), CpuError> {
         self.backends.each(|b| b.resume_machine());
         let r = self.resume_this_cpu();
@@ -692,6 +705,10 @@ impl<H: Hardware + Clone> Clock<H> {
         self.switches.fetch_add(1, Ordering::Release);
         self.forgive_host_faults(&mut st);
         self.restart.store(true, Ordering::Release);
+        drop(st);
+        if self.wall_from_kvmclock.load(Ordering::Acquire) {
+            self.init_wall_clock();
+        }
         r
     }
 
@@ -774,21 +791,36 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Sets the wall time: `unix_ns` is Unix time now (from an RTC, NTP, the
     /// loader). Later [`unix_time_ns`](Self::unix_time_ns) calls follow the
-    /// clock from there. A Unix time below the clock's own time since it
-    /// started (earlier than 1970 plus the uptime: no machine runs then) is
-    /// taken as that much.
-    pub fn set_unix_time(&self, unix_ns: u64) {
+    /// clock from there. A time outside
+    /// [`PLAUSIBLE_UNIX_SECONDS`](crate::PLAUSIBLE_UNIX_SECONDS) (before 2000,
+    /// from 2200 on: a reset or corrupt source) is refused with
+    /// [`ImplausibleWallTime`](crate::ImplausibleWallTime) and the wall
+    /// time is left as it was. After [`resume`](Self::resume) the OS sets
+    /// it again (see there).
+    ///
+    /// Interrupt-safe: no (takes the watchdog lock to republish the user
+    /// clock page).
+    pub fn set_unix_time(&self, unix_ns: u64) -> Result<(), crate::ImplausibleWallTime> {
+        let unix_ns = crate::wall_time::check(unix_ns)?;
+        self.wall_from_kvmclock.store(false, Ordering::Release);
         self.unix_offset
             .store(unix_ns.saturating_sub(self.now_ns()), Ordering::Release);
         self.unix_known.store(true, Ordering::Release);
         // The user clock page carries the wall time too.
         let _st = self.watchdog.lock();
         self.publish_page();
+        Ok(())
     }
 
+    /// Wall time from kvmclock's wall clock, if it has a plausible one
+    /// (at build, and again at [`resume`](Self::resume) when it was the
+    /// source). An implausible one is ignored: the wall time stays as it
+    /// was (unknown at build).
     fn init_wall_clock(&self) {
         if let Some(unix) = self.backends.wall_clock_unix_ns() {
-            self.set_unix_time(unix);
+            if self.set_unix_time(unix).is_ok() {
+                self.wall_from_kvmclock.store(true, Ordering::Release);
+            }
         }
     }
 

@@ -88,6 +88,7 @@ mod enabled {
         let mut options = TscOptions {
             hints: hints.as_slice(),
             reference: os_reference,
+            measured: None,
             sync: cx.platform.tsc_sync,
             cpus: cx.cpus(),
             policy: cx.platform.policy,
@@ -127,6 +128,22 @@ mod enabled {
                 }
             }
         }
+        // The reference of last resort: no rate from anything else.
+        let unrated = match &result {
+            Ok(t) => t.provenance() == RateProvenance::BaseFrequencyHint,
+            Err(TscError::RateUnknown { .. }) => true,
+            Err(_) => false,
+        };
+        if unrated && cx.platform.tsc_reference.is_none() {
+            if let Some(c) = rtc_seconds(cx) {
+                options.reference = None;
+                options.measured = Some(c);
+                let next = Tsc::probe(cx.hw.clone(), &options);
+                if result.is_err() || !needs_reference(&next) {
+                    result = next;
+                }
+            }
+        }
         match result {
             Ok(t) => {
                 cx.usable(SourceId::Tsc, &t, Note::of_tsc(&t));
@@ -137,6 +154,43 @@ mod enabled {
                 None
             }
         }
+    }
+
+    /// TSC ticks a wait for one RTC edge may take at most: 1.1 s at 10 GHz,
+    /// the fastest plausible TSC.
+    #[cfg(feature = "rtc")]
+    const RTC_EDGE_MAX_TICKS: u64 = 11_000_000_000;
+
+    /// The TSC calibrated against the CMOS RTC's second edges
+    /// ([`Platform::rtc_reference`](crate::Platform::rtc_reference)), if
+    /// allowed and it works.
+    #[cfg(feature = "rtc")]
+    fn rtc_seconds<H: Hardware + Clone>(cx: &Cx<'_, '_, H>) -> Option<clockhal_tsc::Calibration> {
+        if !cx.platform.rtc_reference {
+            return None;
+        }
+        let rtc =
+            clockhal_rtc::Rtc::new(cx.hw.clone(), &clockhal_rtc::RtcOptions::default()).ok()?;
+        let hw = cx.hw;
+        clockhal_tsc::calibrate_against_seconds(
+            || {
+                let e = rtc
+                    .second_edge_on(|| hw.rdtsc_ordered(), RTC_EDGE_MAX_TICKS)
+                    .ok()?;
+                Some(clockhal_tsc::SecondEdge {
+                    second: e.time.unix_seconds(),
+                    tsc_from: e.from,
+                    tsc_by: e.by,
+                })
+            },
+            "rtc",
+        )
+        .ok()
+    }
+
+    #[cfg(not(feature = "rtc"))]
+    fn rtc_seconds<H: Hardware + Clone>(_: &Cx<'_, '_, H>) -> Option<clockhal_tsc::Calibration> {
+        None
     }
 
     impl<H: Hardware> Mapped for Tsc<H> {

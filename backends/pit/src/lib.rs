@@ -208,8 +208,10 @@ pub struct Pit<H: Hardware> {
     ext: WrapExtender,
     /// Serialises the latch-and-read sequence (shared device state).
     busy: AtomicBool,
-    /// TSC at the previous read (under `busy`).
+    /// TSC after the previous latch (under `busy`).
     last_tsc: AtomicU64,
+    /// TSC before the previous latch (under `busy`).
+    last_tsc_before: AtomicU64,
     /// TSC ticks that make a gap between reads suspect; 0 when the TSC gave
     /// no usable measure at probe.
     overrun_tsc: u64,
@@ -253,8 +255,10 @@ impl<H: Hardware> Pit<H> {
         let overrun_tsc = tsc_per_ticks(&hw, OVERRUN_TICKS)?;
         let stability = Stability::device_counter(cpuid::hypervisor_present(&hw), true);
         let ext = WrapExtender::new(16, up(pit::read_channel2(&hw)));
+        let now = hw.rdtsc();
         Ok(Pit {
-            last_tsc: AtomicU64::new(hw.rdtsc()),
+            last_tsc: AtomicU64::new(now),
+            last_tsc_before: AtomicU64::new(now),
             hw,
             role: PitRole::from_commitment(options.as_clock),
             stability,
@@ -275,11 +279,15 @@ impl<H: Hardware> Pit<H> {
         &self.hw
     }
 
-    /// Reads so far that came, by the TSC, more than 3/4 of the half wrap
-    /// (20.6 ms) after the previous read: each may have lost a wrap, so
-    /// the extended count may be behind by multiples of 54.9 ms (never
-    /// ahead, never backwards). With TSCs that differ across CPUs this may
-    /// over-count; a TSC that stood still at probe disables the check.
+    /// Reads so far whose latch may have come, by the TSC, more than 3/4 of
+    /// the half wrap (20.6 ms) after the previous read's (a preemption
+    /// inside either read counts): each may have lost a wrap where the TSC
+    /// could not place it, so the extended count may be behind by
+    /// multiples of 54.9 ms (never ahead, never backwards). With TSCs that
+    /// differ across CPUs this may over-count; a TSC that stood still at
+    /// probe disables the check.
+    ///
+    /// Interrupt-safe: yes (one atomic load).
     pub fn overruns(&self) -> u64 {
         self.overruns.load(Ordering::Relaxed)
     }
@@ -314,14 +322,36 @@ impl<H: Hardware> Pit<H> {
         }
     }
 
-    /// One latch-and-read under the lock, extended and gap-checked.
+    /// One latch-and-read under the lock, extended and gap-checked. The
+    /// TSC brackets each latch, so the time between this latch and the
+    /// previous one is known to lie between `lo` and `hi` TSC ticks, even
+    /// when the vCPU was preempted inside a read (between a latch and its
+    /// TSC read). A read that may have come late (`hi` past
+    /// [`OVERRUN_TICKS`]) counts as an overrun (a calibration spanning it is
+    /// not trusted) and is placed by that range
+    /// ([`WrapExtender::extend_after`]): read 27-55 ms after the previous
+    /// one it moves on instead of holding for up to 27 ms (a loaded host's
+    /// preempted vCPU), and whole wraps missed are counted where the range
+    /// makes them clear.
     fn read_locked(&self) -> u64 {
+        let before = self.hw.rdtsc();
         let raw = pit::read_channel2(&self.hw);
-        let tsc = self.hw.rdtsc();
-        let gap = tsc.wrapping_sub(self.last_tsc.swap(tsc, Ordering::Relaxed));
+        let after = self.hw.rdtsc();
+        let prev_before = self.last_tsc_before.swap(before, Ordering::Relaxed);
+        let prev_after = self.last_tsc.swap(after, Ordering::Relaxed);
+        let (lo, hi) = (
+            before.wrapping_sub(prev_after),
+            after.wrapping_sub(prev_before),
+        );
         // A "negative" gap is another CPU's TSC being behind: not an overrun.
-        if self.overrun_tsc != 0 && gap > self.overrun_tsc && gap < 1 << 63 {
+        if self.overrun_tsc != 0 && hi > self.overrun_tsc && hi < 1 << 63 {
             self.overruns.fetch_add(1, Ordering::Relaxed);
+            let ticks = |tsc: u64| {
+                let t = tsc as u128 * OVERRUN_TICKS as u128 / self.overrun_tsc as u128;
+                t.min(u64::MAX as u128) as u64
+            };
+            let lo = if lo < 1 << 63 { ticks(lo) } else { 0 };
+            return self.ext.extend_after(up(raw), lo, ticks(hi));
         }
         self.ext.extend(up(raw))
     }
@@ -360,7 +390,10 @@ impl<H: Hardware> ClockSource for Pit<H> {
     /// serialised across CPUs. If the lock stays taken (another CPU is mid
     /// read, or an interrupt handler on this CPU interrupted a read) the
     /// last extended value is returned: time stalls for one read instead
-    /// of spinning without bound.
+    /// of spinning without bound. A read the TSC shows came more than half
+    /// a wrap late is placed by the TSC rather than held.
+    ///
+    /// Interrupt-safe: yes (a bounded try-lock; the last value if taken).
     fn read(&self) -> u64 {
         for _ in 0..LOCK_SPINS {
             if self

@@ -71,6 +71,13 @@ pub enum RtcError {
     /// The time was read too late after the edge to be sure which second
     /// it shows (a descheduled vCPU); read again.
     EdgeLost,
+    /// The RTC's time is valid as a date but not as the time now (outside
+    /// the user's plausible range, e.g. `clockhal::PLAUSIBLE_UNIX_SECONDS`:
+    /// a year 9999 from a corrupt century register, 1980 after a reset).
+    ImplausibleTime {
+        /// The year it showed.
+        year: u16,
+    },
 }
 
 impl fmt::Display for RtcError {
@@ -94,6 +101,9 @@ impl fmt::Display for RtcError {
             ),
             RtcError::NoUpdateEdge => f.write_str("RTC showed no second edge within the wait"),
             RtcError::EdgeLost => f.write_str("RTC read too long after the second edge"),
+            RtcError::ImplausibleTime { year } => {
+                write!(f, "RTC shows the year {year}: not a plausible time now")
+            }
         }
     }
 }

@@ -49,6 +49,12 @@ const MAX_SNAPSHOTS: u32 = 8;
 /// UIP polls while waiting for a second edge: a backstop behind the
 /// caller's deadline (a second is ~9,000,000 polls under QEMU TCG).
 const MAX_EDGE_POLLS: u32 = 100_000_000;
+/// Second edges a preemption may hide (two polls further apart than
+/// [`UIP_LEAD_NS`] while waiting for UIP to rise) that
+/// [`Rtc::read_at_second_edge`] waits past, a second each, beyond the
+/// caller's wait.
+pub const MAX_HIDDEN_EDGES: u32 = 2;
+const NS_PER_S: u64 = 1_000_000_000;
 /// Polls after which a caller's clock that has not moved counts as stopped
 /// (≥ 11 ms even at TCG's ~112 ns per poll).
 const STOPPED_CLOCK_POLLS: u32 = 100_000;
@@ -72,7 +78,8 @@ pub struct RtcEdge {
     /// The second that began at the edge.
     pub time: RtcTime,
     /// The caller's clock (ns) at the edge: the midpoint of the polls that
-    /// saw UIP rise, plus [`UIP_LEAD_NS`].
+    /// saw UIP rise, plus [`UIP_LEAD_NS`] (or of those between which the
+    /// seconds changed, where UIP does not rise).
     pub at_ns: u64,
     /// Half the width of that window: the edge is within
     /// `at_ns ± uncertainty_ns`.
@@ -91,6 +98,29 @@ impl RtcEdge {
             at_edge.saturating_sub(self.at_ns - t_ns)
         }
     }
+}
+
+/// A second edge of the RTC timed on a counter of unknown rate
+/// ([`Rtc::second_edge_on`]): the RTC began showing the new second (UIP
+/// low, the seconds register changed) between `from` and `by`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CounterEdge {
+    /// The second that began at the edge.
+    pub time: RtcTime,
+    /// The counter just before the last poll that showed the old second
+    /// (or UIP up).
+    pub from: u64,
+    /// The counter just after the first poll that showed the new second.
+    pub by: u64,
+}
+
+/// What showed a second edge, between two of the caller's times.
+enum Marker {
+    /// UIP rose ([`UIP_LEAD_NS`] before the edge).
+    Rise(u64, u64),
+    /// The seconds register changed, UIP low.
+    Change(u64, u64),
 }
 
 /// The CMOS RTC.
@@ -143,11 +173,22 @@ impl<H: Hardware> Rtc<H> {
     ///
     /// Method: wait until UIP is low, poll until it rises (taking `now_ns`
     /// around every poll), place the edge [`UIP_LEAD_NS`] after the middle
-    /// of the rise window, then [`read`](Self::read). Gives up with
+    /// of the rise window, then [`read`](Self::read). Where UIP never rises
+    /// (QEMU stops emulating it once status C's update and alarm flags are
+    /// set and nobody clears them; clockhal never reads status C), the
+    /// edge is the middle of the polls between which the seconds register
+    /// changed with UIP low. Gives up with
     /// [`RtcError::NoUpdateEdge`] after `max_wait_ns` of the caller's clock
-    /// (pass a bit over a second), when that clock stands still for 100,000
-    /// polls, or after 100,000,000 polls; and with [`RtcError::EdgeLost`]
-    /// if the read ended too late to be sure it shows the edge's second.
+    /// (pass a bit over a second) — plus a second for each edge a
+    /// preemption may have hidden (two polls more than [`UIP_LEAD_NS`]
+    /// apart while UIP was low: its whole rise may lie between them), at
+    /// most [`MAX_HIDDEN_EDGES`] —, when that clock stands still for
+    /// 100,000 polls, or after 100,000,000 polls; and with
+    /// [`RtcError::EdgeLost`] if the read ended too late to be sure it
+    /// shows the edge's second.
+    ///
+    /// Interrupt-safe: no (waits up to seconds; the OS's CMOS driver must
+    /// be kept off meanwhile).
     pub fn read_at_second_edge(
         &self,
         mut now_ns: impl FnMut() -> u64,
@@ -155,40 +196,42 @@ impl<H: Hardware> Rtc<H> {
     ) -> Result<RtcEdge, RtcError> {
         self.check_state()?;
         let start = now_ns();
-        let deadline = start.saturating_add(max_wait_ns);
+        let deadline = core::cell::Cell::new(start.saturating_add(max_wait_ns));
         let (mut polls, mut moved_at, mut last) = (0u32, 0u32, start);
-        let mut give_up = |t: u64| {
+        let mut hidden = 0u32;
+        // A second and a lead without a rise: UIP is not emulated (see
+        // `next_edge`); the seconds register is watched from then on, and
+        // one more second waited for.
+        let mut watching = false;
+        let watch_seconds = |t: u64| {
+            if !watching && t.saturating_sub(start) > NS_PER_S + UIP_LEAD_NS {
+                watching = true;
+                deadline.set(deadline.get().saturating_add(NS_PER_S));
+            }
+            watching
+        };
+        // `rising`: the poll is one of those waiting for UIP to rise, after
+        // one that read it low.
+        let give_up = |t: u64, rising: bool| {
             polls += 1;
+            // Two polls further apart than UIP's lead (a preempted vCPU)
+            // may have missed its whole rise: that edge was bad luck, so
+            // the next is waited for too (bounded).
+            if rising && t.saturating_sub(last) > UIP_LEAD_NS && hidden < MAX_HIDDEN_EDGES {
+                hidden += 1;
+                deadline.set(deadline.get().saturating_add(NS_PER_S));
+            }
             if t != last {
                 (moved_at, last) = (polls, t);
             }
-            polls > MAX_EDGE_POLLS || polls - moved_at > STOPPED_CLOCK_POLLS || t > deadline
+            polls > MAX_EDGE_POLLS || polls - moved_at > STOPPED_CLOCK_POLLS || t > deadline.get()
         };
-        // UIP low first, so that its rise is seen. `zero_at` is the caller's
-        // time just before the latest poll that read UIP low.
-        let mut zero_at = loop {
-            let t = now_ns();
-            if !self.uip() {
-                break t;
-            }
-            if give_up(t) {
-                return Err(RtcError::NoUpdateEdge);
-            }
+        let (from, by, lead) = match self.next_edge(&mut now_ns, true, watch_seconds, give_up)? {
+            Marker::Rise(from, by) => (from, by, UIP_LEAD_NS),
+            Marker::Change(from, by) => (from, by, 0),
         };
-        let rise_by = loop {
-            let t = now_ns();
-            if self.uip() {
-                break now_ns();
-            }
-            zero_at = t;
-            if give_up(t) {
-                return Err(RtcError::NoUpdateEdge);
-            }
-        };
-        // Saturating: the caller's clock is not trusted to be sane either.
-        let from = zero_at.min(rise_by);
-        let half = (rise_by - from) / 2;
-        let at_ns = from.saturating_add(half).saturating_add(UIP_LEAD_NS);
+        let half = (by - from) / 2;
+        let at_ns = from.saturating_add(half).saturating_add(lead);
         let time = self.read()?;
         // The read must have finished before the next rise could have
         // started another update.
@@ -201,6 +244,118 @@ impl<H: Hardware> Rtc<H> {
             at_ns,
             uncertainty_ns: half,
         })
+    }
+
+    /// Waits for the RTC's next second edge, timed on a counter of
+    /// unknown rate (the TSC, for its calibration where nothing else gives
+    /// a rate): the first poll with UIP low that shows the new second.
+    /// That is a fixed time after the edge on any one RTC (in QEMU the edge
+    /// itself, on an MC146818 the end of its 1984 µs update cycle), so the
+    /// differences between edges are exact to the poll windows; the
+    /// counter's units are unknown here, so a read delayed past the next
+    /// edge is not detected: compare several edges.
+    /// Gives up with [`RtcError::NoUpdateEdge`] after `max_counts` of the
+    /// counter, when it stands still for 100,000 polls, or after
+    /// 100,000,000 polls.
+    ///
+    /// ```
+    /// use clockhal_rtc::{Rtc, RtcOptions};
+    /// use clockhal_sim::SimMachine;
+    /// use clockhal_x86::Hardware;
+    /// let m = SimMachine::bare_metal(); // TSC at 2.592 GHz
+    /// let rtc = Rtc::new(&m, &RtcOptions::default()).unwrap();
+    /// let a = rtc.second_edge_on(|| m.rdtsc(), 10_000_000_000).unwrap();
+    /// let b = rtc.second_edge_on(|| m.rdtsc(), 10_000_000_000).unwrap();
+    /// assert_eq!(b.time.unix_seconds(), a.time.unix_seconds() + 1);
+    /// let ticks = (b.from + b.by) / 2 - (a.from + a.by) / 2;
+    /// assert!(ticks.abs_diff(m.config().tsc_hz) < 100_000, "{ticks}");
+    /// ```
+    ///
+    /// Interrupt-safe: no (waits up to a second; the OS's CMOS driver must
+    /// be kept off meanwhile).
+    pub fn second_edge_on(
+        &self,
+        mut counter: impl FnMut() -> u64,
+        max_counts: u64,
+    ) -> Result<CounterEdge, RtcError> {
+        self.check_state()?;
+        let start = counter();
+        let (mut polls, mut moved_at, mut last) = (0u32, 0u32, start);
+        let give_up = |t: u64, _rising: bool| {
+            polls += 1;
+            if t != last {
+                (moved_at, last) = (polls, t);
+            }
+            polls > MAX_EDGE_POLLS
+                || polls - moved_at > STOPPED_CLOCK_POLLS
+                || t.wrapping_sub(start) > max_counts
+        };
+        let (Marker::Change(from, by) | Marker::Rise(from, by)) =
+            self.next_edge(&mut counter, false, |_| true, give_up)?;
+        Ok(CounterEdge {
+            time: self.read()?,
+            from,
+            by,
+        })
+    }
+
+    /// Polls until the RTC shows its next second edge, by either marker:
+    /// UIP rising (it leads the edge by [`UIP_LEAD_NS`]; skipped when
+    /// `rise_counts` is false) or, with UIP low, the seconds register
+    /// changing. QEMU emulates UIP only while its update timer runs, which
+    /// it stops once the update and alarm flags of status C are set and
+    /// nobody clears them (clockhal never reads status C): then the
+    /// seconds change is the only marker, and in QEMU it is the edge itself
+    /// (its registers follow the host clock on every read). The caller's
+    /// times are those just before the last poll that did not see the
+    /// marker and just after the first that did. `give_up(t, rising)` ends
+    /// the wait with [`RtcError::NoUpdateEdge`].
+    fn next_edge(
+        &self,
+        now: &mut impl FnMut() -> u64,
+        rise_counts: bool,
+        mut watch_seconds: impl FnMut(u64) -> bool,
+        mut give_up: impl FnMut(u64, bool) -> bool,
+    ) -> Result<Marker, RtcError> {
+        // UIP low first, so that its rise is seen. `before` is the time
+        // just before the latest poll that saw no marker.
+        let mut before = loop {
+            let t = now();
+            if !self.uip() {
+                break t;
+            }
+            if give_up(t, false) {
+                return Err(RtcError::NoUpdateEdge);
+            }
+        };
+        // The seconds register is read (with UIP just seen low) only once
+        // `watch_seconds` says so: each read widens the rise's window.
+        let mut second = None;
+        let mut low = true;
+        loop {
+            let t = now();
+            if self.uip() {
+                if rise_counts && low {
+                    let by = now();
+                    return Ok(Marker::Rise(before.min(by), by));
+                }
+                low = false;
+            } else {
+                low = true;
+                if watch_seconds(t) {
+                    let s = self.cmos(reg::SECONDS);
+                    if second.is_some_and(|old| old != s) {
+                        let by = now();
+                        return Ok(Marker::Change(before.min(by), by));
+                    }
+                    second = Some(s);
+                }
+            }
+            before = t;
+            if give_up(t, low) {
+                return Err(RtcError::NoUpdateEdge);
+            }
+        }
     }
 
     fn cmos(&self, index: u8) -> u8 {

@@ -74,6 +74,9 @@ pub enum CalibrationError {
     Implausible,
     /// Arithmetic overflow (absurd reference rate or budget).
     Overflow,
+    /// A whole-second reference's edges did not agree with each other
+    /// ([`calibrate_against_seconds`]: a second misread, an edge delayed).
+    ReferenceInconsistent,
 }
 
 impl fmt::Display for CalibrationError {
@@ -89,6 +92,9 @@ impl fmt::Display for CalibrationError {
             }
             CalibrationError::Implausible => "calibrated TSC rate is implausible",
             CalibrationError::Overflow => "calibration arithmetic overflowed",
+            CalibrationError::ReferenceInconsistent => {
+                "calibration reference's second edges disagreed"
+            }
         })
     }
 }
@@ -321,4 +327,206 @@ pub fn calibrate<H: Hardware>(
         reference_ticks: u64::try_from(ref_ticks).unwrap_or(u64::MAX),
         tsc_ticks: u64::try_from(tsc_ticks).unwrap_or(u64::MAX),
     })
+}
+
+/// One edge of a whole-second reference (the CMOS RTC's update), timed on
+/// the TSC: the edge's marker (the RTC's update-in-progress flag, a fixed
+/// lead before the edge, which cancels) rose between two TSC reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SecondEdge {
+    /// The reference's count of the second that began there (e.g. Unix
+    /// seconds).
+    pub second: u64,
+    /// TSC before the poll that last saw the marker down.
+    pub tsc_from: u64,
+    /// TSC after the poll that first saw it up.
+    pub tsc_by: u64,
+}
+
+impl SecondEdge {
+    /// Twice the midpoint, and the window's width.
+    fn mid2_width(&self) -> Option<(u128, u64)> {
+        let w = self.tsc_by.checked_sub(self.tsc_from)?;
+        Some((self.tsc_from as u128 + self.tsc_by as u128, w))
+    }
+}
+
+/// Edges taken at most: a loaded host's preemptions widen the edges'
+/// windows, and more edges give narrower ones and longer spans.
+const MAX_SECOND_EDGES: usize = 6;
+/// A span this good ends the search early.
+const GOOD_ENOUGH_PPM: u32 = 50;
+/// Most seconds one interval may cover (edges missed in between are fine:
+/// seconds are counted, not assumed).
+const MAX_INTERVAL_SECONDS: u64 = 3;
+/// How far two intervals' per-second rates may differ, in ppm, on top of
+/// their windows: far below the 50 % of a second misread.
+const INTERVAL_AGREEMENT_PPM: u64 = 1_000;
+
+/// Measures the TSC rate against a reference that marks whole seconds
+/// (the CMOS RTC's second edges, the reference of last resort where no
+/// counter exists: QEMU `microvm,pit=off`). `next_edge` waits for the next
+/// edge and returns it timed on the TSC (`None`: no edge, gives up).
+///
+/// Takes three edges (two to three seconds), and more, up to six, until
+/// some span is within 50 ppm (a loaded host's preemptions widen the
+/// windows): a span is three successive edges whose two intervals give the same rate
+/// per second of the reference (a second misread after a long preemption,
+/// or an edge timed late, breaks that), and the best span wins. The rate
+/// is the span's TSC ticks over its seconds; its uncertainty is the two
+/// end windows' half widths over the span (a 40 µs window on a 2 s span:
+/// 20 ppm), not counting the reference's own rate error (an emulated
+/// RTC follows the host's clock; a PC's 32.768 kHz crystal is typically
+/// within ±20-100 ppm).
+///
+/// ```
+/// use clockhal_tsc::{calibrate_against_seconds, SecondEdge};
+/// // A 3 GHz TSC, edges timed to ±1 µs.
+/// let mut s = 100;
+/// let c = calibrate_against_seconds(
+///     || {
+///         s += 1;
+///         let at = s * 3_000_000_000;
+///         Some(SecondEdge { second: s, tsc_from: at - 3_000, tsc_by: at + 3_000 })
+///     },
+///     "rtc",
+/// )
+/// .unwrap();
+/// assert_eq!(c.rate.hz_rounded(), 3_000_000_000);
+/// assert!(c.uncertainty_ppm <= 2);
+/// ```
+///
+/// Interrupt-safe: no (waits seconds for the edges).
+pub fn calibrate_against_seconds(
+    mut next_edge: impl FnMut() -> Option<SecondEdge>,
+    reference: &'static str,
+) -> Result<Calibration, CalibrationError> {
+    let mut edges = [None::<SecondEdge>; MAX_SECOND_EDGES];
+    let mut best: Option<Calibration> = None;
+    let mut error = CalibrationError::ReferenceStuck;
+    for n in 0..MAX_SECOND_EDGES {
+        let Some(e) = next_edge() else {
+            break;
+        };
+        edges[n] = Some(e);
+        // The span of the last three edges.
+        if let (Some(a), Some(b)) = (
+            n.checked_sub(2).and_then(|i| edges[i]),
+            n.checked_sub(1).and_then(|i| edges[i]),
+        ) {
+            match second_span(&a, &b, &e) {
+                Ok(c) if best.is_none_or(|b| c.uncertainty_ppm < b.uncertainty_ppm) => {
+                    best = Some(c)
+                }
+                Ok(_) => {}
+                Err(e) => error = e,
+            }
+        }
+        if best.is_some_and(|b| b.uncertainty_ppm <= GOOD_ENOUGH_PPM) {
+            break;
+        }
+    }
+    best.map(|c| Calibration { reference, ..c }).ok_or(error)
+}
+
+/// The rate over edges `a`..`c`, if the intervals `a`..`b` and `b`..`c`
+/// agree per second.
+fn second_span(
+    a: &SecondEdge,
+    b: &SecondEdge,
+    c: &SecondEdge,
+) -> Result<Calibration, CalibrationError> {
+    let inconsistent = CalibrationError::ReferenceInconsistent;
+    let (Some((ma, wa)), Some((mb, wb)), Some((mc, wc))) =
+        (a.mid2_width(), b.mid2_width(), c.mid2_width())
+    else {
+        return Err(CalibrationError::TscBackwards);
+    };
+    let seconds = |x: &SecondEdge, y: &SecondEdge| {
+        y.second
+            .checked_sub(x.second)
+            .filter(|d| (1..=MAX_INTERVAL_SECONDS).contains(d))
+    };
+    let (Some(d1), Some(d2)) = (seconds(a, b), seconds(b, c)) else {
+        return Err(inconsistent);
+    };
+    if mb < ma || mc < mb {
+        return Err(CalibrationError::TscBackwards);
+    }
+    // Per-second TSC ticks of each interval, doubled (mid2 units).
+    let (i1, i2) = ((mb - ma) / d1 as u128, (mc - mb) / d2 as u128);
+    if i1 == 0 || i2 == 0 {
+        return Err(CalibrationError::Implausible);
+    }
+    // Each interval's per-second rate is known to its two windows
+    // (doubled: half widths on mid2 units).
+    let slack = (wa as u128 + wb as u128) / d1 as u128 + (wb as u128 + wc as u128) / d2 as u128;
+    let allowed = i1.max(i2) * INTERVAL_AGREEMENT_PPM as u128 / 1_000_000 + slack;
+    if i1.abs_diff(i2) > allowed {
+        return Err(inconsistent);
+    }
+    let span_seconds = (d1 + d2) as u128;
+    let ticks2 = mc - ma;
+    let rate = Frequency::from_ratio(ticks2, 2 * span_seconds)?;
+    if !crate::provenance::plausible(&rate) {
+        return Err(CalibrationError::Implausible);
+    }
+    // Half of each end window, over the span (both in mid2 units: x2).
+    let ppm = ppm_ceil(wa as u128 + wc as u128, ticks2) + 1;
+    Ok(Calibration {
+        rate,
+        uncertainty_ppm: u32::try_from(ppm).unwrap_or(u32::MAX),
+        reference: "",
+        reference_ticks: u64::try_from(span_seconds).unwrap_or(u64::MAX),
+        tsc_ticks: u64::try_from(ticks2 / 2).unwrap_or(u64::MAX),
+    })
+}
+
+#[cfg(test)]
+mod second_tests {
+    use super::*;
+
+    /// Edges of a `hz` TSC for the listed (true second, reported second).
+    fn edges(hz: u64, list: &[(u64, u64)]) -> impl FnMut() -> Option<SecondEdge> + '_ {
+        let mut i = 0;
+        move || {
+            let &(at, shown) = list.get(i)?;
+            i += 1;
+            let t = at * hz;
+            Some(SecondEdge {
+                second: shown,
+                tsc_from: t - 20_000,
+                tsc_by: t + 20_000,
+            })
+        }
+    }
+
+    #[test]
+    fn a_misread_second_slides_to_edges_that_agree() {
+        let hz = 2_000_000_000;
+        // The second edge's read came a second late (shows 12 for 11).
+        let c = calibrate_against_seconds(
+            edges(hz, &[(10, 10), (11, 12), (12, 13), (13, 14), (14, 15)]),
+            "rtc",
+        )
+        .unwrap();
+        assert_eq!(c.rate.hz_rounded(), hz);
+        assert!(c.uncertainty_ppm <= 21, "{}", c.uncertainty_ppm);
+        // Missed edges are fine: seconds are counted.
+        let c =
+            calibrate_against_seconds(edges(hz, &[(10, 10), (12, 12), (13, 13)]), "rtc").unwrap();
+        assert_eq!(c.rate.hz_rounded(), hz);
+        // Never agreeing: an error, not a rate.
+        let bad = [(10, 10), (11, 12), (12, 12), (13, 15), (14, 15), (15, 18)];
+        assert_eq!(
+            calibrate_against_seconds(edges(hz, &bad), "rtc"),
+            Err(CalibrationError::ReferenceInconsistent)
+        );
+        // No edges: stuck.
+        assert_eq!(
+            calibrate_against_seconds(edges(hz, &[(10, 10)]), "rtc"),
+            Err(CalibrationError::ReferenceStuck)
+        );
+    }
 }

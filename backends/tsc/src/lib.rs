@@ -9,7 +9,9 @@ mod provenance;
 mod refine;
 mod warp;
 
-pub use calibrate::{calibrate, Calibration, CalibrationError};
+pub use calibrate::{
+    calibrate, calibrate_against_seconds, Calibration, CalibrationError, SecondEdge,
+};
 pub use check::{RateCheck, RATE_TOLERANCE_PPM};
 pub use provenance::{stated_rate, RateProvenance};
 pub use refine::{refined_rate, RefineError, Refinement, REFINED_TARGET_PPM};
@@ -88,6 +90,10 @@ pub struct TscOptions<'a> {
     /// A clock to calibrate against (HPET, PM timer, an OS clock). Without
     /// a stated rate it gives the rate; with one, it cross-checks it.
     pub reference: Option<&'a dyn ClockSource>,
+    /// A calibration made beforehand, used like one against `reference`
+    /// when there is none (e.g. [`calibrate_against_seconds`] against the
+    /// RTC's second edges).
+    pub measured: Option<Calibration>,
     /// What the OS's warp tests found (default: unknown).
     pub sync: SyncStatus,
     /// How many CPUs the OS runs (default 1). With more than one, the TSC
@@ -109,6 +115,7 @@ impl TscOptions<'_> {
         TscOptions {
             hints: &[],
             reference: None,
+            measured: None,
             sync: SyncStatus::Unknown,
             cpus: 1,
             policy: Policy::new(),
@@ -191,7 +198,10 @@ pub struct Tsc<H: Hardware> {
 impl<H: Hardware> Tsc<H> {
     /// Gathers invariance, rate and sync status (see the crate docs).
     /// Calibrates only when `opts.reference` is given, spending up to
-    /// `opts.policy.calibration_budget` of reference time.
+    /// `opts.policy.calibration_budget` of reference time; else takes
+    /// `opts.measured` as its calibration, if any.
+    ///
+    /// Interrupt-safe: no (calibrates; claims per-CPU memory).
     pub fn probe(hw: H, opts: &TscOptions<'_>) -> Result<Tsc<H>, TscError> {
         if hw.cpuid(1, 0).edx & (1 << 4) == 0 {
             return Err(TscError::NoTsc);
@@ -200,7 +210,8 @@ impl<H: Hardware> Tsc<H> {
         let stated = provenance::stated_rate(&hw, opts.hints);
         let calibration = opts
             .reference
-            .map(|r| calibrate(&hw, r, opts.policy.calibration_budget));
+            .map(|r| calibrate(&hw, r, opts.policy.calibration_budget))
+            .or(opts.measured.map(Ok));
         let (rate, provenance, check) = match (stated, calibration) {
             (Some(s), Some(Ok(c))) => check::cross_check(s, &c),
             (Some(s), Some(Err(e))) => (s.0, s.1, RateCheck::CalibrationFailed(e)),

@@ -74,6 +74,11 @@ pub const CONFIGS: &[QemuConfig] = &[
         args: &["-M", "microvm", "-cpu", "max"],
     },
     QemuConfig {
+        name: "tcg-microvm-nopit",
+        accel: Accel::Tcg,
+        args: &["-M", "microvm,pit=off", "-cpu", "max"],
+    },
+    QemuConfig {
         name: "tcg-q35-smp2",
         accel: Accel::Tcg,
         // One TCG thread for both vCPUs: with one thread per vCPU (QEMU's

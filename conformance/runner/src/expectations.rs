@@ -109,6 +109,10 @@ const MICROVM_NO_PM: &str = "microvm's hardware-reduced FADT has PM_TMR_BLK = 0"
 const MICROVM_TSC_PIT: &str =
     "no stated rate, no HPET, no PM timer: the TSC is calibrated against the PIT (channel 2), the \
     only counter left, and selected; nothing can supervise it (Linux: the same PIT calibration)";
+const MICROVM_TSC_RTC: &str =
+    "no stated rate, no HPET, no PM timer, no PIT: the TSC is calibrated against the CMOS RTC's second \
+    edges (feature rtc; three to six edges, 2-6 s of boot; measured ±2 ppm), the reference of last resort, and selected \
+    (Linux: no TSC rate, no clock)";
 const KVMCLOCK_WINS: &str =
     "kvmclock (CLOCKSOURCE2, stable bit) is the migration-safe no-exit source (400)";
 const TSC_PV_RATE: &str =
@@ -171,6 +175,13 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-microvm", "tsc", Selected, MICROVM_TSC_PIT),
     row("tcg-microvm", "hpet", Absent, MICROVM_NO_HPET),
     row("tcg-microvm", "acpi-pm", Absent, MICROVM_NO_PM),
+    // ---- TCG microvm, pit=off: only the RTC ---------------------------
+    row("tcg-microvm-nopit", "kvmclock", Absent, TCG_NO_KVMCLOCK),
+    row("tcg-microvm-nopit", "hyperv-page", Absent, NO_HV),
+    row("tcg-microvm-nopit", "hyperv-msr", Absent, NO_HV),
+    row("tcg-microvm-nopit", "tsc", Selected, MICROVM_TSC_RTC),
+    row("tcg-microvm-nopit", "hpet", Absent, MICROVM_NO_HPET),
+    row("tcg-microvm-nopit", "acpi-pm", Absent, MICROVM_NO_PM),
     // ---- TCG q35, 2 vCPUs ----------------------------------------------
     row("tcg-q35-smp2", "kvmclock", Absent, TCG_NO_KVMCLOCK),
     row("tcg-q35-smp2", "kvmclock", StealTimeSkip, STEAL_TCG),
@@ -331,6 +342,9 @@ pub const PEER_EXPECTATIONS: &[PeerRow] = &[
         under TCG get tsc-early marked unstable, leaving acpi_pm", None),
     peer("tcg-microvm", "tsc", "tsc 300 is the only clocksource (no HPET, no PM timer); its rate comes from \
         PIT calibration and no watchdog can check it", None),
+    peer("tcg-microvm-nopit", "none", "no PIT, no HPET, no PM timer: Linux finds no reference for the \
+        TSC (\"could not calculate TSC khz\") and hangs without a clock; clockhal's TSC, calibrated \
+        against the RTC, is no trap", None),
     // The extra PVH peers of the foreign rows (foreign::PEER_CONFIGS).
     peer("tcg-pc-max", "tsc", L_TSC_TCG, None),
     peer("tcg-microvm-io1", "tsc", "as tcg-microvm (one I/O APIC): the TSC from PIT calibration is \
