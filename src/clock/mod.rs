@@ -2,6 +2,7 @@
 //! cross-checking with a switch that never steps backwards, and the
 //! lifecycle (application processors, TSC sync results, resume).
 
+mod lock;
 mod read;
 #[cfg(feature = "tsc")]
 mod refine;
@@ -237,6 +238,9 @@ pub struct Clock<H: Hardware + Clone> {
     pub(crate) page_restored: AtomicBool,
     /// A backend withdrew a promise since the last page publication.
     pub(crate) page_stale: AtomicBool,
+    /// A publication was asked for while the watchdog lock was held
+    /// (`lock`: its holder makes it when it lets go).
+    pub(crate) publish_requested: AtomicBool,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -331,6 +335,7 @@ impl<H: Hardware + Clone> Clock<H> {
             clock_page,
             page_restored: AtomicBool::new(false),
             page_stale: AtomicBool::new(false),
+            publish_requested: AtomicBool::new(false),
         };
         // The timeline starts at 0 on the selected source (whatever a
         // reused user page carried before: no reader holds yet).
@@ -434,7 +439,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// demotions, with the current source marked selected. Takes a short
     /// lock: not for interrupt handlers (the read path never locks).
     pub fn report(&self) -> Report {
-        let mut r = *self.report.lock();
+        let mut r = self.locked(|_| *self.report.lock());
         r.set_selected(Some(self.source_id()), self.forced.load(Ordering::Relaxed));
         r
     }
@@ -633,13 +638,14 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// Republishes the user page if a backend changed its promises since
-    /// the last publication. Takes the watchdog lock: not with it held.
+    /// the last publication. Waits for the watchdog lock: not with it held.
     pub(crate) fn republish_if_stale(&self) {
         if self.page_stale.load(Ordering::Acquire) {
-            let _st = self.watchdog.lock();
-            if self.page_stale.swap(false, Ordering::AcqRel) {
-                self.publish_page();
-            }
+            self.locked(|_| {
+                if self.page_stale.swap(false, Ordering::AcqRel) {
+                    self.publish_page();
+                }
+            });
         }
     }
 
@@ -684,12 +690,15 @@ impl<H: Hardware + Clone> Clock<H> {
         self.follow_backend_epochs();
         #[cfg(feature = "tsc")]
         if let Some(t) = &self.backends.tsc {
-            let mut r = self.report.lock();
-            if let Some(c) = r.get_mut(SourceId::Tsc) {
-                c.set_descriptor(t.descriptor());
-                // The note says why, as it stands now.
-                c.note = crate::Note::of_tsc(t);
-            }
+            // The report's lock only under the watchdog's (see `lock`).
+            self.locked(|_| {
+                let mut r = self.report.lock();
+                if let Some(c) = r.get_mut(SourceId::Tsc) {
+                    c.set_descriptor(t.descriptor());
+                    // The note says why, as it stands now.
+                    c.note = crate::Note::of_tsc(t);
+                }
+            });
         }
         self.reselect();
         self.republish_if_stale();
@@ -705,15 +714,16 @@ impl<H: Hardware + Clone> Clock<H> {
     pub fn resume(&self) -> Result<(), CpuError> {
         self.backends.each(|b| b.resume_machine());
         let r = self.resume_this_cpu();
-        let mut st = self.watchdog.lock();
-        let start = self.high_water().saturating_add(SWITCH_MARGIN_NS);
-        self.page_restored.store(true, Ordering::Release);
-        self.start_source(self.source_id(), start);
-        // A rebase, counted like a switch (a measurement spanning it, like
-        // `calibrate_lapic`'s, sees the count change).
-        self.switches.fetch_add(1, Ordering::Release);
-        self.forgive_host_faults(&mut st);
-        self.restart.store(true, Ordering::Release);
+        self.locked(|st| {
+            let start = self.high_water().saturating_add(SWITCH_MARGIN_NS);
+            self.page_restored.store(true, Ordering::Release);
+            self.start_source(self.source_id(), start);
+            // A rebase, counted like a switch (a measurement spanning it, like
+            // `calibrate_lapic`'s, sees the count change).
+            self.switches.fetch_add(1, Ordering::Release);
+            self.forgive_host_faults(st);
+            self.restart.store(true, Ordering::Release);
+        });
         r
     }
 
@@ -732,7 +742,7 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         });
         self.follow_backend_epochs();
-        self.forgive_host_faults(&mut self.watchdog.lock());
+        self.locked(|st| self.forgive_host_faults(st));
         first
     }
 
@@ -746,10 +756,11 @@ impl<H: Hardware + Clone> Clock<H> {
         if self.scale_of(id.index()).is_none() || self.backends.source(id).is_none() {
             return Err(crate::Rejection::NotConfigured("source not constructed"));
         }
-        let _st = self.watchdog.lock();
-        self.forced.store(true, Ordering::Release);
-        self.switch_to(id);
-        self.deadline.store(u64::MAX, Ordering::Release);
+        self.locked(|_| {
+            self.forced.store(true, Ordering::Release);
+            self.switch_to(id);
+            self.deadline.store(u64::MAX, Ordering::Release);
+        });
         Ok(())
     }
 
@@ -795,9 +806,10 @@ impl<H: Hardware + Clone> Clock<H> {
         self.unix_offset
             .store(unix_ns.saturating_sub(self.now_ns()), Ordering::Release);
         self.unix_known.store(true, Ordering::Release);
-        // The user clock page carries the wall time too.
-        let _st = self.watchdog.lock();
-        self.publish_page();
+        // The user clock page carries the wall time too: published now, or
+        // by the watchdog lock's holder (this may be an interrupt inside
+        // it) when it lets go.
+        self.request_publication();
     }
 
     fn init_wall_clock(&self) {

@@ -184,9 +184,12 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Bounded: one read per source, three tries at the reference window,
     /// and on a switch two more reads.
     pub fn watchdog_tick(&self) -> WatchdogEvent {
-        let Some(mut st) = self.watchdog.try_lock() else {
-            return WatchdogEvent::Busy;
-        };
+        self.try_locked(|st| self.tick_held(st))
+            .unwrap_or(WatchdogEvent::Busy)
+    }
+
+    /// [`watchdog_tick`](Self::watchdog_tick) with the lock held.
+    fn tick_held(&self, st: &mut State) -> WatchdogEvent {
         // On a CPU the current source does not serve, nothing is judged,
         // and nothing a judged tick needs is taken: the restart request,
         // the guest-stopped latches and the host-fault counts stay for the
@@ -214,7 +217,7 @@ impl<H: Hardware + Clone> Clock<H> {
             self.publish_page();
         }
         // Host faults the backends counted since the last tick.
-        if let Some(e) = self.judge_host_faults(&mut st) {
+        if let Some(e) = self.judge_host_faults(st) {
             return e;
         }
         let restart = self.restart.swap(false, Ordering::AcqRel);
@@ -304,7 +307,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if (restart || paused) && self.supervised() {
             // The tick came (the interval only was skipped): a supervised
             // TSC stays current as long as ticks arrive.
-            let now = self.trusted_now(&st);
+            let now = self.trusted_now(st);
             self.deadline.store(
                 now.saturating_add(self.settings.supervision_timeout.as_nanos()),
                 Ordering::Release,
@@ -315,7 +318,7 @@ impl<H: Hardware + Clone> Clock<H> {
         } else if paused {
             WatchdogEvent::GuestStopped
         } else {
-            self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
+            self.after_round(st, &j, &ids, cur, cur_m, ref_id, reference, &round)
         };
         // A plain judgement gives way to a refinement's news.
         #[cfg(feature = "tsc")]
@@ -325,7 +328,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
             )
         {
-            if let Some(e) = self.refine_tsc(&mut st, ref_id, ref_src, paused) {
+            if let Some(e) = self.refine_tsc(st, ref_id, ref_src, paused) {
                 return e;
             }
         }
@@ -682,20 +685,18 @@ impl<H: Hardware + Clone> Clock<H> {
     /// meanwhile will judge it anyway).
     #[cold]
     pub(crate) fn demote_current(&self, reason: Demotion) {
-        let Some(mut st) = self.watchdog.try_lock() else {
-            return;
-        };
-        let cur = self.source_id();
-        if self.usable_now(cur) && self.demote_and_switch(&st, cur, reason).is_some() {
-            st.core = None;
-        }
+        self.try_locked(|st| {
+            let cur = self.source_id();
+            if self.usable_now(cur) && self.demote_and_switch(st, cur, reason).is_some() {
+                st.core = None;
+            }
+        });
     }
 
     /// Selection again (after a rating changed): switches if the best
     /// eligible source is not the current one.
     pub(crate) fn reselect(&self) {
-        let _st = self.watchdog.lock();
-        self.reselect_held();
+        self.locked(|_| self.reselect_held());
     }
 
     /// [`reselect`](Self::reselect) with the watchdog lock held.

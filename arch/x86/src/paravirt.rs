@@ -11,7 +11,7 @@
 //!
 //! Also here, shared by the paravirtual backends: the ABIs' arithmetic
 //! ([`pvclock_scale_delta`], [`pvclock_tsc_hz_ratio`], [`hv_scale_tsc`], ...).
-//! The never-backwards filter they share is `clockhal_core::MonotonicGuard`.
+//! The never-backwards clamp they share is `clockhal_core::MonotonicClamp`.
 
 use crate::{rdmsr_checked, Hardware, Msr};
 
