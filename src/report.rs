@@ -33,6 +33,7 @@ impl Default for Report {
 
 impl Report {
     /// An empty report (no candidates).
+    /// Interrupt-safe: yes.
     pub const fn new() -> Report {
         Report {
             slots: [None; MAX_CANDIDATES],
@@ -43,11 +44,13 @@ impl Report {
     }
 
     /// Adds or replaces the entry for `c.id`.
+    /// Interrupt-safe: yes.
     pub fn insert(&mut self, c: Candidate) {
         self.slots[c.id.index()] = Some(c);
     }
 
     /// The entry for `id`, if that source was considered.
+    /// Interrupt-safe: yes.
     pub fn get(&self, id: SourceId) -> Option<&Candidate> {
         self.slots[id.index()].as_ref()
     }
@@ -61,12 +64,14 @@ impl Report {
     }
 
     /// Every considered candidate, in [`SourceId`] order.
+    /// Interrupt-safe: yes.
     pub fn candidates(&self) -> impl Iterator<Item = &Candidate> {
         self.slots.iter().flatten()
     }
 
     /// Candidates in rank order: the selected one, then eligible ones best
     /// first, then demoted ones (by rating), then rejected ones.
+    /// Interrupt-safe: yes.
     pub fn ranked(&self) -> impl Iterator<Item = &Candidate> {
         let mut order = [0usize; MAX_CANDIDATES];
         let mut n = 0;
@@ -107,11 +112,13 @@ impl Report {
     }
 
     /// The selected candidate, if any is usable.
+    /// Interrupt-safe: yes.
     pub fn selected(&self) -> Option<&Candidate> {
         self.selected.and_then(|id| self.get(id))
     }
 
     /// The selected source's id.
+    /// Interrupt-safe: yes.
     pub fn selected_id(&self) -> Option<SourceId> {
         self.selected
     }
@@ -126,18 +133,21 @@ impl Report {
     }
 
     /// Whether the selection was forced by [`Policy::force`](clockhal_core::Policy).
+    /// Interrupt-safe: yes.
     pub fn is_forced(&self) -> bool {
         self.forced
     }
 
     /// The name the policy asked to force, if any (honoured or not: see
     /// [`is_forced`](Self::is_forced)).
+    /// Interrupt-safe: yes.
     pub fn force_request(&self) -> Option<&'static str> {
         self.force
     }
 
     /// The multi-line table form: name, state (or why not), rating,
     /// frequency, flags, read cost, notes.
+    /// Interrupt-safe: yes.
     ///
     /// ```text
     /// source        state     rating frequency          flags                      read cost     notes

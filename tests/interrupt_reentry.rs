@@ -124,7 +124,11 @@ fn assert_applied(what: &str, c: &SimClock, page: &ClockPage, irq: &Interrupts) 
     );
     // The page's wall time: the clock's offset (unix - now).
     assert_ne!(page.flags.load(Ordering::SeqCst) & FLAG_WALL_VALID, 0);
-    assert_eq!(page.seq.load(Ordering::SeqCst) % 2, 0, "{what}: page left open");
+    assert_eq!(
+        page.seq.load(Ordering::SeqCst) % 2,
+        0,
+        "{what}: page left open"
+    );
     let boot_wall = page.boot_wall_ns.load(Ordering::SeqCst);
     let offset = c.unix_time_ns().unwrap() - c.now().as_nanos();
     assert!(

@@ -354,12 +354,14 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// The current instant: nanoseconds on the clock's timeline (0 when it
     /// was built). See the type docs for the exact monotonicity guarantee.
+    /// Interrupt-safe: yes (NMI too).
     #[inline]
     pub fn now(&self) -> Instant {
         Instant::from_nanos(self.now_ns())
     }
 
     /// Time since `earlier` (zero if `earlier` is later).
+    /// Interrupt-safe: yes (NMI too).
     #[inline]
     pub fn elapsed(&self, earlier: Instant) -> Duration {
         self.now().duration_since(earlier)
@@ -368,6 +370,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Spins until `d` has passed on this clock. Bounded even if the clock
     /// stops: `Err` after [`STALL_READS`](crate::STALL_READS) identical
     /// readings in a row (see [`Stalled`](crate::Stalled)).
+    /// Interrupt-safe: yes (busy-waits for `d`).
     pub fn spin_for(&self, d: Duration) -> Result<(), crate::Stalled> {
         crate::wait::spin_until(|| self.now(), self.now().saturating_add(d), || true)
     }
@@ -377,22 +380,26 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// The current source's id.
+    /// Interrupt-safe: yes.
     pub fn source_id(&self) -> SourceId {
         SourceId::from_index(self.current_index()).unwrap_or(SourceId::Extra)
     }
 
     /// The current source.
+    /// Interrupt-safe: yes.
     pub fn source(&self) -> Option<&dyn ClockSource> {
         self.backends.source(self.source_id())
     }
 
     /// The backend of `id`, if the probe constructed it (to read or compare
     /// sources directly; `now()` is the clock).
+    /// Interrupt-safe: yes.
     pub fn source_of(&self, id: SourceId) -> Option<&dyn ClockSource> {
         self.backends.source(id)
     }
 
     /// The current source's name (`"kvmclock"`, ...).
+    /// Interrupt-safe: yes.
     pub fn source_name(&self) -> &'static str {
         self.source().map_or("none", |s| s.name())
     }
@@ -409,12 +416,14 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// The current source's exact rate.
+    /// Interrupt-safe: yes.
     pub fn frequency(&self) -> Option<Frequency> {
         self.scale_of(self.current_index()).map(|s| s.frequency())
     }
 
     /// `ticks` of the current source as a [`Duration`] (exact floor,
     /// saturating).
+    /// Interrupt-safe: yes.
     pub fn ticks_to_duration(&self, ticks: u64) -> Duration {
         Duration::from_nanos(
             self.scale_of(self.current_index())
@@ -423,12 +432,14 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// `d` in ticks of the current source (exact floor, saturating).
+    /// Interrupt-safe: yes.
     pub fn duration_to_ticks(&self, d: Duration) -> u64 {
         self.scale_of(self.current_index())
             .map_or(0, |s| s.ns_to_ticks_exact(d.as_nanos()))
     }
 
     /// How many times the clock switched source (or rebased) at run time.
+    /// Interrupt-safe: yes.
     pub fn switches(&self) -> u32 {
         // Acquire: a caller that sees the count unchanged around a
         // measurement saw no switch's timeline in it.
@@ -438,6 +449,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// The candidate list as of now: the probe's verdicts plus run-time
     /// demotions, with the current source marked selected. Takes a short
     /// lock: not for interrupt handlers (the read path never locks).
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn report(&self) -> Report {
         let mut r = self.locked(|_| *self.report.lock());
         r.set_selected(Some(self.source_id()), self.forced.load(Ordering::Relaxed));
@@ -570,6 +582,7 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// Whether the current source is kept only while the watchdog runs.
+    /// Interrupt-safe: yes.
     pub fn supervised(&self) -> bool {
         self.is_supervised(self.source_id())
     }
@@ -587,6 +600,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// single-CPU (no [`Platform::cpus`](crate::Platform::cpus), no MADT)
     /// makes its synchronisation unknown: nobody tested the TSCs of the
     /// CPUs the OS did not mention (see [`set_tsc_sync`](Self::set_tsc_sync)).
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn register_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         let mut tsc_bad = self.more_cpus_than_said();
@@ -654,6 +668,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// drops the clock. Reads on this CPU afterwards hold their value (they
     /// do not count towards [`STUCK_READS`]: the source still serves the
     /// other CPUs).
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn unregister_this_cpu(&self) {
         self.backends.each(|b| b.unregister_this_cpu());
         // This CPU's cached maps go too.
@@ -669,6 +684,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// out-of-step result also withdraws the trust in host promises that
     /// rest on synchronised TSCs (kvmclock's stable bit, the Hyper-V page's
     /// cross-CPU order).
+    /// Interrupt-safe: no (waits for the watchdog lock).
     #[cfg(feature = "tsc")]
     pub fn set_tsc_sync(&self, sync: clockhal_tsc::SyncStatus) {
         if let Some(t) = &self.backends.tsc {
@@ -711,6 +727,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// clock so `now()` keeps advancing from the last instant returned,
     /// and restarts the watchdog. Each application processor then calls
     /// [`resume_this_cpu`](Self::resume_this_cpu).
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn resume(&self) -> Result<(), CpuError> {
         self.backends.each(|b| b.resume_machine());
         let r = self.resume_this_cpu();
@@ -734,6 +751,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// their area discontinuous with the restored host's timeline (and are
     /// not used): such findings up to this call are the restore's, not a
     /// faulty host's, and do not demote the source.
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn resume_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         self.backends.each(|b| {
@@ -752,6 +770,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// so far. The watchdog still checks it but never switches away; a
     /// supervised TSC stays even without ticks. `Err` if that source was
     /// not constructed.
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn force(&self, id: SourceId) -> Result<(), crate::Rejection> {
         if self.scale_of(id.index()).is_none() || self.backends.source(id).is_none() {
             return Err(crate::Rejection::NotConfigured("source not constructed"));
@@ -766,6 +785,7 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Back to automatic selection after [`force`](Self::force) (or a
     /// forced policy): switches to the best eligible source.
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn unforce(&self) {
         self.forced.store(false, Ordering::Release);
         self.reselect();
@@ -773,11 +793,13 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Asks the next [`watchdog_tick`](Self::watchdog_tick) to restart its
     /// baseline (after a legitimate time jump the clock cannot see).
+    /// Interrupt-safe: yes (NMI too).
     pub fn restart_watchdog(&self) {
         self.restart.store(true, Ordering::Release);
     }
 
     /// The hardware access the clock reads with.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }
@@ -789,6 +811,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// [`set_unix_time`](Self::set_unix_time)) plus [`now`](Self::now).
     /// `None` until some wall time is known. Saturates at `u64::MAX` (the
     /// year 2554) instead of wrapping.
+    /// Interrupt-safe: yes (NMI too).
     pub fn unix_time_ns(&self) -> Option<u64> {
         self.unix_known.load(Ordering::Acquire).then(|| {
             self.unix_offset
@@ -802,6 +825,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// clock from there. A Unix time below the clock's own time since it
     /// started (earlier than 1970 plus the uptime: no machine runs then) is
     /// taken as that much.
+    /// Interrupt-safe: yes (never waits: the lock's holder publishes the page).
     pub fn set_unix_time(&self, unix_ns: u64) {
         self.unix_offset
             .store(unix_ns.saturating_sub(self.now_ns()), Ordering::Release);
@@ -829,18 +853,21 @@ impl<H: Hardware + Clone> Clock<H> {
 
 impl<H: Hardware + Clone> Clock<H> {
     /// The kvmclock backend (e.g. its stats).
+    /// Interrupt-safe: yes.
     #[cfg(feature = "kvmclock")]
     pub fn kvmclock(&self) -> Option<&clockhal_kvmclock::Kvmclock<H>> {
         self.backends.kvmclock.as_ref()
     }
 
     /// The Hyper-V backend.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "hyperv")]
     pub fn hyperv(&self) -> Option<&clockhal_hyperv::Hyperv<H>> {
         self.backends.hyperv.as_ref()
     }
 
     /// The TSC backend.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "tsc")]
     pub fn tsc(&self) -> Option<&clockhal_tsc::Tsc<H>> {
         self.backends.tsc.as_ref()
@@ -848,18 +875,21 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// The PIT backend (constructed only when needed or committed to, see
     /// [`Platform::pit`](crate::Platform::pit)).
+    /// Interrupt-safe: yes.
     #[cfg(feature = "pit")]
     pub fn pit(&self) -> Option<&clockhal_pit::Pit<H>> {
         self.backends.pit.as_ref()
     }
 
     /// The HPET backend.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "hpet")]
     pub fn hpet(&self) -> Option<&clockhal_hpet::Hpet<H>> {
         self.backends.hpet.as_ref()
     }
 
     /// The ACPI PM timer backend.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "acpi-pm")]
     pub fn acpi_pm(&self) -> Option<&clockhal_acpi_pm::AcpiPm<H>> {
         self.backends.acpi_pm.as_ref()

@@ -183,6 +183,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Concurrent calls return [`WatchdogEvent::Busy`] rather than wait.
     /// Bounded: one read per source, three tries at the reference window,
     /// and on a switch two more reads.
+    /// Interrupt-safe: yes (returns `Busy` when the watchdog lock is taken).
     pub fn watchdog_tick(&self) -> WatchdogEvent {
         self.try_locked(|st| self.tick_held(st))
             .unwrap_or(WatchdogEvent::Busy)

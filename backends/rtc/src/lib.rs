@@ -83,6 +83,7 @@ impl RtcEdge {
     /// Unix time in ns at instant `t_ns` of the caller's clock (the clock
     /// [`Rtc::read_at_second_edge`] was given): the edge's second plus the
     /// time elapsed since [`at_ns`](Self::at_ns). Saturates at 0.
+    /// Interrupt-safe: yes.
     pub fn unix_ns_at(&self, t_ns: u64) -> u64 {
         let at_edge = self.time.unix_seconds().saturating_mul(1_000_000_000);
         if t_ns >= self.at_ns {
@@ -104,6 +105,7 @@ impl<H: Hardware> Rtc<H> {
     /// An RTC reader. Touches no hardware; fails only when
     /// `options.century_index` is not a CMOS RAM register (0x0E..=0x7F):
     /// pass `None` to fall back to the [`PIVOT_YEAR`] rule.
+    /// Interrupt-safe: yes.
     pub fn new(hw: H, options: &RtcOptions) -> Result<Rtc<H>, RtcError> {
         if let Some(i) = options.century_index {
             if !(reg::RAM_START..0x80).contains(&i) {
@@ -117,6 +119,7 @@ impl<H: Hardware> Rtc<H> {
     }
 
     /// The hardware handle.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }
@@ -124,6 +127,7 @@ impl<H: Hardware> Rtc<H> {
     /// Reads the date and time (see the crate docs for the rules). Takes
     /// a few dozen port accesses, plus up to 2.2 ms when an update is in
     /// progress.
+    /// Interrupt-safe: no (CMOS index/data pairs: not atomic).
     pub fn read(&self) -> Result<RtcTime, RtcError> {
         self.check_state()?;
         let mut prev = self.snapshot()?;
@@ -148,6 +152,7 @@ impl<H: Hardware> Rtc<H> {
     /// (pass a bit over a second), when that clock stands still for 100,000
     /// polls, or after 100,000,000 polls; and with [`RtcError::EdgeLost`]
     /// if the read ended too late to be sure it shows the edge's second.
+    /// Interrupt-safe: no (waits up to 1 s for an edge; CMOS port pairs).
     pub fn read_at_second_edge(
         &self,
         mut now_ns: impl FnMut() -> u64,
