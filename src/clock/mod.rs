@@ -192,6 +192,18 @@ impl core::error::Error for CpuError {}
 /// CPU's slot (one cache line: the validated map shifted onto the clock's
 /// timeline and the floor), the source's version word, `rdtsc`, one
 /// multiply and the CPU-local maximum: no shared write, no lock.
+///
+/// # In interrupt and NMI handlers
+/// Each method's docs say whether it may run in one (`Interrupt-safe:`).
+/// Those that may never wait for a lock the interrupted code can hold:
+/// reads never lock, [`watchdog_tick`](Self::watchdog_tick) returns
+/// [`WatchdogEvent::Busy`] while another tick or a lifecycle call holds
+/// the watchdog lock, and [`set_unix_time`](Self::set_unix_time) applies
+/// the wall time at once and leaves the user page's copy to the lock's
+/// holder, which publishes it when it lets go. The lifecycle calls
+/// ([`force`](Self::force), [`resume`](Self::resume),
+/// [`register_this_cpu`](Self::register_this_cpu), [`report`](Self::report),
+/// ...) wait for that lock: not from a handler.
 pub struct Clock<H: Hardware + Clone> {
     pub(crate) backends: Backends<H>,
     pub(crate) hw: H,

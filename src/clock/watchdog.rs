@@ -63,6 +63,9 @@ impl State {
 #[non_exhaustive]
 pub enum WatchdogEvent {
     /// Another `watchdog_tick` is running (on another CPU): nothing done.
+    /// Also while a lifecycle call (`force`, `resume`, ...) holds the
+    /// watchdog lock, and for a tick in an interrupt handler that arrived
+    /// inside a tick or such a call: the tick returns instead of waiting.
     Busy,
     /// Fewer than two sources to compare: nothing checked (the current
     /// source's counter was still read, so its extension stays fed).
