@@ -39,10 +39,15 @@ const UNIX_BASE: u64 = 1_700_000_000_000_000_000;
 /// A clock on `m` that publishes a user page (so `set_unix_time` has a
 /// publication to make), and the page.
 fn clock_with_page(m: &'static SimMachine) -> (&'static SimClock, &'static ClockPage) {
-    let (p, mem) = adversarial::platform(m, 1, SyncStatus::SingleCpu);
+    let sync = if m.cpu_count() == 1 {
+        SyncStatus::SingleCpu
+    } else {
+        SyncStatus::Synchronized
+    };
+    let (p, mem) = adversarial::platform(m, m.cpu_count(), sync);
     let page: &'static ClockPage = Box::leak(Box::new(ClockPage::new()));
     let (areas, n) = match mem.areas {
-        Some(a) => (a.get(), 1),
+        Some(a) => (a.get(), a.get().len() as u32),
         None => (&[][..], 0),
     };
     let layout = WindowLayout {
@@ -241,5 +246,52 @@ fn interrupts_inside_set_tsc_sync_and_register_this_cpu() {
             irq.saw_busy.store(true, Ordering::SeqCst);
             assert_applied(&what, c, page, &irq);
         }
+    }
+}
+
+/// Across CPUs: one CPU ticks without pause while another sets the wall
+/// time again and again. A `set_unix_time` that finds the lock taken
+/// leaves its publication to the ticking CPU; when both stop, the page
+/// carries the last wall time set, with no further tick (a request lost
+/// between the ticker's letting go and its look at the requests would
+/// leave the page behind).
+#[test]
+fn a_wall_time_set_while_another_cpu_ticks_reaches_the_page() {
+    let m = leak(SimMachine::kvm_config().with_cpus(2, &[]).build());
+    let (c, page) = clock_with_page(m);
+    for k in 0..4u64 {
+        m.on_cpu(1, || c.register_this_cpu()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy = Arc::new(AtomicU64::new(0));
+        let ticker = {
+            let (stop, busy) = (stop.clone(), busy.clone());
+            std::thread::spawn(move || {
+                m.set_cpu(0);
+                while !stop.load(Ordering::SeqCst) {
+                    m.advance(ms(1));
+                    if c.watchdog_tick() == WatchdogEvent::Busy {
+                        busy.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        };
+        let (done, finished) = mpsc::channel();
+        std::thread::spawn(move || {
+            m.set_cpu(1);
+            for i in 0..2_000u64 {
+                c.set_unix_time(UNIX_BASE + (k * 10_000 + i) * 1_000_000_000);
+            }
+            let _ = done.send(());
+        });
+        let returned = finished.recv_timeout(HANG_LIMIT);
+        stop.store(true, Ordering::SeqCst);
+        ticker.join().unwrap();
+        returned.expect("set_unix_time while another CPU ticks: no return");
+        let offset = c.unix_time_ns().unwrap() - c.now().as_nanos();
+        let boot_wall = page.boot_wall_ns.load(Ordering::SeqCst);
+        assert!(
+            boot_wall.abs_diff(offset) < ms(1),
+            "round {k}: the page's wall time is {boot_wall}, the clock's {offset}"
+        );
     }
 }
