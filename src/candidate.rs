@@ -52,11 +52,13 @@ impl SourceId {
     ];
 
     /// Position in [`SourceId::ALL`] (below [`MAX_CANDIDATES`]).
+    /// Interrupt-safe: yes.
     pub const fn index(self) -> usize {
         self as usize
     }
 
     /// The id at position `i` of [`SourceId::ALL`].
+    /// Interrupt-safe: yes.
     pub const fn from_index(i: usize) -> Option<SourceId> {
         if i < SourceId::ALL.len() {
             Some(SourceId::ALL[i])
@@ -68,6 +70,7 @@ impl SourceId {
     /// The name the backend reports (`"kvmclock"`, ...). For
     /// [`SourceId::Extra`] the real name is the source's own; this returns
     /// `"extra"`.
+    /// Interrupt-safe: yes.
     pub const fn default_name(self) -> &'static str {
         match self {
             SourceId::Kvmclock => "kvmclock",
@@ -86,6 +89,7 @@ impl SourceId {
     /// calibration, or an OS-supplied source of unknown provenance) rather
     /// than fixed by a hardware or hypervisor ABI. When two candidates
     /// disagree and nobody else can arbitrate, the estimated one loses.
+    /// Interrupt-safe: yes.
     pub const fn rate_is_estimated(self) -> bool {
         matches!(self, SourceId::Tsc | SourceId::Extra)
     }
@@ -375,6 +379,7 @@ pub struct Candidate {
 
 impl Candidate {
     /// A candidate that could not be constructed.
+    /// Interrupt-safe: yes.
     pub const fn rejected(id: SourceId, reason: Rejection) -> Candidate {
         Candidate {
             id,
@@ -386,6 +391,7 @@ impl Candidate {
 
     /// A constructed candidate described by `source` (verdict `Usable`
     /// until checked).
+    /// Interrupt-safe: yes.
     pub fn usable(id: SourceId, source: &dyn clockhal_core::ClockSource, note: Note) -> Candidate {
         Candidate {
             id,
@@ -396,6 +402,7 @@ impl Candidate {
     }
 
     /// The descriptor of a constructed candidate.
+    /// Interrupt-safe: yes.
     pub const fn descriptor(&self) -> Option<&Descriptor> {
         match &self.verdict {
             Verdict::Usable(d) | Verdict::Demoted { descriptor: d, .. } => Some(d),
@@ -404,27 +411,32 @@ impl Candidate {
     }
 
     /// Rating, if constructed.
+    /// Interrupt-safe: yes.
     pub fn rating(&self) -> Option<Quality> {
         self.descriptor().map(|d| d.rating)
     }
 
     /// Exact rate, if constructed.
+    /// Interrupt-safe: yes.
     pub fn frequency(&self) -> Option<Frequency> {
         self.descriptor().map(|d| d.frequency)
     }
 
     /// Stability flags (empty if rejected).
+    /// Interrupt-safe: yes.
     pub fn stability(&self) -> Stability {
         self.descriptor()
             .map_or(Stability::empty(), |d| d.stability)
     }
 
     /// Hypervisor exits per read, if constructed.
+    /// Interrupt-safe: yes.
     pub fn read_cost(&self) -> Option<ReadCost> {
         self.descriptor().map(|d| d.read_cost)
     }
 
     /// Why it was demoted, if it was.
+    /// Interrupt-safe: yes.
     pub const fn demotion(&self) -> Option<Demotion> {
         match self.verdict {
             Verdict::Demoted { reason, .. } => Some(reason),
@@ -433,11 +445,13 @@ impl Candidate {
     }
 
     /// Whether a backend object exists (usable or demoted).
+    /// Interrupt-safe: yes.
     pub const fn is_constructed(&self) -> bool {
         !matches!(self.verdict, Verdict::Rejected(_))
     }
 
     /// Whether automatic selection may pick it: usable and rated above 0.
+    /// Interrupt-safe: yes.
     pub fn is_eligible(&self) -> bool {
         matches!(&self.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
     }

@@ -86,6 +86,7 @@ impl Default for SelfCheck {
 
 impl SelfCheck {
     /// The defaults.
+    /// Interrupt-safe: yes.
     pub const fn new() -> SelfCheck {
         SelfCheck {
             advance_reads: 2_000,
@@ -99,12 +100,14 @@ impl SelfCheck {
     }
 
     /// Sets [`rate_interval`](Self::rate_interval).
+    /// Interrupt-safe: yes.
     pub const fn rate_interval(mut self, d: Duration) -> SelfCheck {
         self.rate_interval = d;
         self
     }
 
     /// Sets [`rate_tolerance_ppm`](Self::rate_tolerance_ppm).
+    /// Interrupt-safe: yes.
     pub const fn rate_tolerance_ppm(mut self, ppm: u64) -> SelfCheck {
         self.rate_tolerance_ppm = ppm;
         self

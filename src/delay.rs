@@ -61,6 +61,7 @@ impl defmt::Format for Delay<'_> {
 impl<'a> Delay<'a> {
     /// A delay on any clock: a [`Clock`], the
     /// [global clock](crate::global::clock), an OS's own [`ClockNow`].
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// # use clockhal_sim::SimMachine;
@@ -77,6 +78,7 @@ impl<'a> Delay<'a> {
 
     /// Delays that ended early because the clock stood still (0 on a
     /// working clock).
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// # use clockhal_sim::SimMachine;
@@ -117,6 +119,7 @@ impl DelayNs for Delay<'_> {
 impl<H: Hardware + Clone> Clock<H> {
     /// An embedded-hal [`DelayNs`] spinning on this clock (feature
     /// `embedded-hal`; see [`Delay`]).
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// # use clockhal_sim::SimMachine;

@@ -28,6 +28,7 @@ use clockhal_x86::Hardware;
 
 impl<H: Hardware + Clone> Clock<H> {
     /// [`now`](Self::now) as a fugit instant (feature `fugit`).
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// # use clockhal_sim::SimMachine;

@@ -68,8 +68,10 @@ use core::fmt;
 /// ```
 pub trait ClockNow: Sync {
     /// The current instant (monotonic, as [`Clock::now`]).
+    /// Interrupt-safe: yes.
     fn now(&self) -> Instant;
     /// Unix time now in ns, if known (as [`Clock::unix_time_ns`]).
+    /// Interrupt-safe: yes.
     fn unix_time_ns(&self) -> Option<u64> {
         None
     }
@@ -114,6 +116,7 @@ static GLOBAL: spin::Once<&'static dyn ClockNow> = spin::Once::new();
 /// once, after [`Probed::into_clock`](crate::Probed::into_clock) (the clock
 /// in a `static`); any CPU may read it afterwards. `Err` if a clock is
 /// already installed (it stays).
+/// Interrupt-safe: no (`spin::Once`: may wait for the interrupted code).
 ///
 /// ```
 /// # #[cfg(feature = "tsc")] {
@@ -144,6 +147,7 @@ pub fn install<C: ClockNow>(clock: &'static C) -> Result<(), AlreadyInstalled> {
 
 /// The installed clock, `None` before [`install`] (e.g. to hand it on as
 /// a `&dyn ClockNow`).
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// assert!(clockhal::global::clock().is_none());
@@ -154,6 +158,7 @@ pub fn clock() -> Option<&'static dyn ClockNow> {
 }
 
 /// The installed clock's [`now`](ClockNow::now); `None` before [`install`].
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// // A log line's timestamp, "-" until the clock is installed:
@@ -167,6 +172,7 @@ pub fn now() -> Option<Instant> {
 
 /// The installed clock's Unix time in ns; `None` before [`install`] or
 /// while no wall time is known.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// assert_eq!(clockhal::global::unix_time_ns(), None);

@@ -79,6 +79,7 @@ static OS_CLOCK: OsClock = OsClock;
 /// Measures the TSC rate against `CLOCK_MONOTONIC_RAW` over `budget`
 /// (clamped to 1..=50 ms): the narrowest of several clock/TSC/clock
 /// brackets at each end, most of the interval asleep.
+/// Interrupt-safe: no (hosted: sleeps and makes system calls).
 pub fn calibrate_tsc(budget: Duration) -> Result<Frequency, HostedError> {
     let budget = budget.as_nanos().clamp(1_000_000, 50_000_000);
     let hw = Native::hosted();
@@ -107,6 +108,7 @@ pub fn calibrate_tsc(budget: Duration) -> Result<Frequency, HostedError> {
 /// The TSC rate: from the host's live kvmclock page when Linux maps one
 /// into the process ([`clockhal_linux::live_tsc_rate`]), else calibrated
 /// against `CLOCK_MONOTONIC_RAW` within `budget`.
+/// Interrupt-safe: no (hosted: sleeps and makes system calls).
 pub fn tsc_rate(budget: Duration) -> Result<(Frequency, RateOrigin), HostedError> {
     if let Some(f) = clockhal_linux::live_tsc_rate()
         .ok()
@@ -141,6 +143,7 @@ fn host_clocksource_is_tsc() -> bool {
 /// TSC (rate from [`tsc_rate`]; in step across CPUs if the host kernel uses
 /// the TSC as its clocksource, or kvmclock with the stable bit) and
 /// `CLOCK_MONOTONIC_RAW`.
+/// Interrupt-safe: no (hosted: sleeps and makes system calls).
 pub fn probe(policy: &Policy) -> Probed<HostedHw> {
     probe_with_rate(
         policy,
@@ -151,6 +154,7 @@ pub fn probe(policy: &Policy) -> Probed<HostedHw> {
 /// Like [`probe`], with the TSC rate the caller states (or none: then the
 /// TSC is calibrated against `CLOCK_MONOTONIC_RAW` by the probe itself).
 /// A stated rate is still cross-checked against that clock.
+/// Interrupt-safe: no (hosted: sleeps and makes system calls).
 pub fn probe_with_rate(policy: &Policy, rate: Option<Frequency>) -> Probed<HostedHw> {
     let mut platform = Platform::new()
         .policy(*policy)

@@ -191,6 +191,7 @@ impl core::error::Error for LapicError {}
 /// calibrated. Reads CPUID and, on Hyper-V with the frequency MSRs, one
 /// MSR (read with [`rdmsr_checked`]). Needs no clock: usable before the
 /// probe.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal::lapic::{stated_rate, LapicRateOrigin};
@@ -241,6 +242,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// The APIC timer's stated input rate on this machine
     /// ([`stated_rate`]), `None` where it must be calibrated
     /// ([`calibrate_lapic`](Self::calibrate_lapic)).
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// # #[cfg(feature = "kvmclock")] {
@@ -278,6 +280,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// down, reaches 0, an implausible rate, a clock that stood still
     /// ([`LapicError`]). Touches no hardware beyond the clock and the
     /// closures.
+    /// Interrupt-safe: no (busy-waits for the calibration window).
     ///
     /// ```
     /// # #[cfg(feature = "tsc")] {

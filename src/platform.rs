@@ -142,6 +142,7 @@ impl fmt::Debug for Platform<'_> {
 impl<'a> Platform<'a> {
     /// Nothing known yet: only CPUID-discoverable sources (TSC, Hyper-V MSR)
     /// can be probed.
+    /// Interrupt-safe: yes.
     pub fn new() -> Platform<'a> {
         Platform {
             acpi: None,
@@ -181,6 +182,7 @@ impl<'a> Platform<'a> {
     /// allows (the TSC, kvmclock with a trusted stable bit, the Hyper-V
     /// page) and are told to ask the kernel where it does not. Build the
     /// writer before the page is mapped into any process.
+    /// Interrupt-safe: yes.
     pub fn clock_page(mut self, writer: clockhal_user::ClockPageWriter<'static>) -> Self {
         self.clock_page = Some(writer);
         self
@@ -189,18 +191,21 @@ impl<'a> Platform<'a> {
     /// The RSDP's physical address and a reader for physical memory: the
     /// HPET base and the PM timer port come from the ACPI tables (unless
     /// given explicitly).
+    /// Interrupt-safe: yes.
     pub fn acpi(mut self, rsdp: u64, memory: &'a dyn PhysMemory) -> Self {
         self.acpi = Some((rsdp, memory));
         self
     }
 
     /// The HPET's registers, already mapped by the OS.
+    /// Interrupt-safe: yes.
     pub fn hpet_region(mut self, region: MmioRegion) -> Self {
         self.hpet = HpetAccess::Region(region);
         self
     }
 
     /// A callback mapping the HPET that ACPI names (see [`HpetAccess::Map`]).
+    /// Interrupt-safe: yes.
     pub fn hpet_mapper(mut self, map: &'a mut dyn FnMut(u64, usize) -> Option<MmioRegion>) -> Self {
         self.hpet = HpetAccess::Map(map);
         self
@@ -209,6 +214,7 @@ impl<'a> Platform<'a> {
     /// The ACPI PM timer's port and width (`bits32`: TMR_VAL_EXT), if the
     /// OS knows them; otherwise they come from the FADT. (The counter is
     /// read as 24 bits either way: see `clockhal_acpi_pm::AcpiPm::probe`.)
+    /// Interrupt-safe: yes.
     pub fn pm_timer(mut self, port: u16, bits32: bool) -> Self {
         self.pm_timer = Some((port, bits32));
         self
@@ -227,6 +233,7 @@ impl<'a> Platform<'a> {
     /// stay undecided). A commitment
     /// ([`ReadCommitment::EveryMs`](clockhal_pit::ReadCommitment)) also
     /// makes it a clock of last resort.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "pit")]
     pub fn pit(mut self, options: Option<clockhal_pit::PitOptions>) -> Self {
         self.pit = options;
@@ -262,6 +269,7 @@ impl<'a> Platform<'a> {
     /// (`PhysMapped::new`'s promise); a static array in a higher-half
     /// kernel may straddle two frames — prefer
     /// [`pvclock_page`](Self::pvclock_page).
+    /// Interrupt-safe: yes.
     pub fn pvclock_areas(mut self, areas: PhysMapped<[PvclockVcpuTimeInfo]>) -> Self {
         self.pvclock_areas = Some(areas);
         self
@@ -269,6 +277,7 @@ impl<'a> Platform<'a> {
 
     /// Memory for kvmclock as one page of 128 areas: a single physical
     /// frame, so every area's physical address is right by construction.
+    /// Interrupt-safe: yes.
     pub fn pvclock_page(mut self, page: PhysMapped<PvclockPage>) -> Self {
         self.pvclock_areas = Some(page.areas());
         self
@@ -292,12 +301,14 @@ impl<'a> Platform<'a> {
     }
 
     /// Memory for kvmclock's wall-clock structure (optional).
+    /// Interrupt-safe: yes.
     pub fn pvclock_wall_clock(mut self, wall: PhysMapped<PvclockWallClock>) -> Self {
         self.pvclock_wall_clock = Some(wall);
         self
     }
 
     /// A page for the Hyper-V reference TSC page.
+    /// Interrupt-safe: yes.
     pub fn hyperv_tsc_page(mut self, page: PhysMapped<HvReferenceTscPage>) -> Self {
         self.hyperv_tsc_page = Some(page);
         self
@@ -308,6 +319,7 @@ impl<'a> Platform<'a> {
     /// partition with no identity gets no reference TSC page).
     /// `clockhal::hyperv::DEFAULT_GUEST_OS_ID` is one an OS without its own
     /// may use.
+    /// Interrupt-safe: yes.
     pub fn hyperv_guest_os_id(mut self, id: u64) -> Self {
         self.hyperv_guest_os_id = Some(id);
         self
@@ -316,6 +328,7 @@ impl<'a> Platform<'a> {
     /// A reference clock the OS trusts for TSC calibration (e.g. a PIT
     /// driver). Without one, clockhal calibrates against the HPET, else the
     /// PM timer, when the TSC has no better rate source.
+    /// Interrupt-safe: yes.
     pub fn tsc_reference(mut self, reference: &'a dyn ClockSource) -> Self {
         self.tsc_reference = Some(reference);
         self
@@ -324,6 +337,7 @@ impl<'a> Platform<'a> {
     /// The OS's TSC synchronisation test result across CPUs, if it ran one
     /// before probing (it can also give it later:
     /// [`Clock::set_tsc_sync`](crate::Clock::set_tsc_sync)).
+    /// Interrupt-safe: yes.
     #[cfg(feature = "tsc")]
     pub fn tsc_sync(mut self, sync: clockhal_tsc::SyncStatus) -> Self {
         self.tsc_sync = sync;
@@ -334,6 +348,7 @@ impl<'a> Platform<'a> {
     /// calibration, a firmware table): used after CPUID's own statements,
     /// shown as "rate supplied by the OS", and cross-checked against a
     /// reference when one exists.
+    /// Interrupt-safe: yes.
     pub fn tsc_rate(mut self, rate: Frequency) -> Self {
         self.tsc_rate = Some(rate);
         self
@@ -344,6 +359,7 @@ impl<'a> Platform<'a> {
     /// OS does not say, the MADT's count of enabled processors is used
     /// (with [`acpi`](Self::acpi)), else 1: an SMP kernel that forgets this
     /// call still gets no TSC trusted across CPUs nobody tested.
+    /// Interrupt-safe: yes.
     pub fn cpus(mut self, n: usize) -> Self {
         self.cpus = Some(n.max(1));
         self
@@ -355,6 +371,7 @@ impl<'a> Platform<'a> {
     /// next read switches to the best source that needs no supervision:
     /// an OS that stops ticking falls back to a correct clock instead of
     /// running on an unchecked TSC.
+    /// Interrupt-safe: yes.
     pub fn supervision_timeout(mut self, d: clockhal_core::Duration) -> Self {
         self.supervision_timeout = d;
         self
@@ -368,6 +385,7 @@ impl<'a> Platform<'a> {
     /// returned. A host pause announced through kvmclock is not a jump
     /// (kvmclock itself hides it); one the host does not announce looks
     /// like a jump of the raw TSC.
+    /// Interrupt-safe: yes.
     pub fn max_jump(mut self, d: clockhal_core::Duration) -> Self {
         self.max_jump = d;
         self
@@ -390,6 +408,7 @@ impl<'a> Platform<'a> {
     /// probe's self-check and the watchdog measure them, stay exact, so a
     /// coarse granule can neither make a counter look stuck nor its rate
     /// look off.
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// use clockhal::{ClampGranule, Platform};
@@ -403,24 +422,28 @@ impl<'a> Platform<'a> {
 
     /// What a hypervisor's update of kvmclock or Hyper-V page parameters
     /// may do before it is not believed (`clockhal_core::UpdateBounds`).
+    /// Interrupt-safe: yes.
     pub fn update_bounds(mut self, bounds: UpdateBounds) -> Self {
         self.update_bounds = bounds;
         self
     }
 
     /// Migration stance, calibration budget, forced source.
+    /// Interrupt-safe: yes.
     pub fn policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
     }
 
     /// Tuning of the probe-time self-check.
+    /// Interrupt-safe: yes.
     pub fn self_check(mut self, check: SelfCheck) -> Self {
         self.self_check = check;
         self
     }
 
     /// Tuning of the run-time watchdog ([`Clock::watchdog_tick`](crate::Clock::watchdog_tick)).
+    /// Interrupt-safe: yes.
     pub fn watchdog(mut self, config: WatchdogConfig) -> Self {
         self.watchdog = config;
         self
@@ -429,6 +452,7 @@ impl<'a> Platform<'a> {
     /// One more candidate supplied by the OS (a PIT or RTC driver, a
     /// platform timer clockhal has no backend for), ranked with the others
     /// under [`SourceId::Extra`](crate::SourceId::Extra).
+    /// Interrupt-safe: yes.
     pub fn extra(mut self, source: &'static dyn ClockSource) -> Self {
         self.extra = Some(source);
         self

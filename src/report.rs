@@ -55,6 +55,7 @@ impl Report {
         id.domain()
     }
     /// An empty report (no candidates).
+    /// Interrupt-safe: yes.
     pub const fn new() -> Report {
         Report {
             slots: [None; MAX_CANDIDATES],
@@ -66,11 +67,13 @@ impl Report {
     }
 
     /// Adds or replaces the entry for `c.id`.
+    /// Interrupt-safe: yes.
     pub fn insert(&mut self, c: Candidate) {
         self.slots[c.id.index()] = Some(c);
     }
 
     /// The entry for `id`, if that source was considered.
+    /// Interrupt-safe: yes.
     pub fn get(&self, id: SourceId) -> Option<&Candidate> {
         self.slots[id.index()].as_ref()
     }
@@ -84,12 +87,14 @@ impl Report {
     }
 
     /// Every considered candidate, in [`SourceId`] order.
+    /// Interrupt-safe: yes.
     pub fn candidates(&self) -> impl Iterator<Item = &Candidate> {
         self.slots.iter().flatten()
     }
 
     /// Candidates in rank order: the selected one, then eligible ones best
     /// first, then demoted ones (by rating), then rejected ones.
+    /// Interrupt-safe: yes.
     pub fn ranked(&self) -> impl Iterator<Item = &Candidate> {
         let mut order = [0usize; MAX_CANDIDATES];
         let mut n = 0;
@@ -130,11 +135,13 @@ impl Report {
     }
 
     /// The selected candidate, if any is usable.
+    /// Interrupt-safe: yes.
     pub fn selected(&self) -> Option<&Candidate> {
         self.selected.and_then(|id| self.get(id))
     }
 
     /// The selected source's id.
+    /// Interrupt-safe: yes.
     pub fn selected_id(&self) -> Option<SourceId> {
         self.selected
     }
@@ -149,12 +156,14 @@ impl Report {
     }
 
     /// Whether the selection was forced by [`Policy::force`](clockhal_core::Policy).
+    /// Interrupt-safe: yes.
     pub fn is_forced(&self) -> bool {
         self.forced
     }
 
     /// The name the policy asked to force, if any (honoured or not: see
     /// [`is_forced`](Self::is_forced)).
+    /// Interrupt-safe: yes.
     pub fn force_request(&self) -> Option<&'static str> {
         self.force
     }
@@ -173,6 +182,7 @@ impl Report {
 
     /// The multi-line table form: name, state (or why not), rating,
     /// frequency, flags, read cost, notes.
+    /// Interrupt-safe: yes.
     ///
     /// ```text
     /// source        state     rating frequency          flags                      read cost     notes

@@ -16,6 +16,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// had ACPI tables and the index is a CMOS RAM register (else `None`:
     /// the [`PIVOT_YEAR`](clockhal_rtc::PIVOT_YEAR) rule), NMIs enabled
     /// ([`NmiBit::Clear`](clockhal_x86::cmos::NmiBit::Clear)).
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// use clockhal::Platform;
@@ -65,6 +66,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// error. After [`resume`](Self::resume) call it again: the clock does
     /// not count the time the machine was off.
     ///
+    /// Interrupt-safe: no (waits for an RTC edge; CMOS port pairs).
+    ///
     /// # How accurate
     /// The RTC counts whole seconds: read at an arbitrary moment it is up
     /// to a second behind. Aligned to an edge, the wall time is right to
@@ -109,6 +112,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// [`set_wall_clock_from_rtc`](Self::set_wall_clock_from_rtc) with
     /// the OS's own [`RtcOptions`] (another NMI bit, a century register it
     /// knows better).
+    /// Interrupt-safe: no (waits for an RTC edge; CMOS port pairs).
     ///
     /// ```
     /// use clockhal::{rtc::RtcOptions, x86::cmos::NmiBit, Duration, Platform};

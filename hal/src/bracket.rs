@@ -31,6 +31,7 @@ pub struct Bracketed {
 
 impl Bracketed {
     /// Reads `outer`, `inner`, `outer`, in that order.
+    /// Interrupt-safe: yes.
     #[inline]
     pub fn take(mut outer: impl FnMut() -> u64, inner: impl FnOnce() -> u64) -> Bracketed {
         let before = outer();
@@ -47,6 +48,7 @@ impl Bracketed {
     /// the first no wider than `good_enough` outer ticks. A bracket whose
     /// outer clock went backwards is discarded. `None` if every try was
     /// discarded.
+    /// Interrupt-safe: yes.
     pub fn tightest(
         tries: u32,
         good_enough: u64,
@@ -68,12 +70,14 @@ impl Bracketed {
     }
 
     /// `after - before`, or `None` if the outer clock went backwards.
+    /// Interrupt-safe: yes.
     pub const fn width(&self) -> Option<u64> {
         self.after.checked_sub(self.before)
     }
 
     /// The window's midpoint (rounded down, no overflow): where the inner
     /// reading is placed on the outer timeline.
+    /// Interrupt-safe: yes.
     pub const fn mid(&self) -> u64 {
         ((self.before as u128 + self.after as u128) / 2) as u64
     }
@@ -81,6 +85,7 @@ impl Bracketed {
 
 /// `num / den` in parts per million, truncated toward zero and saturating
 /// (`den == 0` counts as 1): how clockhal states a rate difference.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// assert_eq!(clockhal_core::ppm(-3, 1_000), -3_000);

@@ -7,13 +7,17 @@ use core::cell::Cell;
 /// [`MonotonicClamp`](crate::MonotonicClamp) update read-modify-write.
 pub trait Cell64: Sync {
     /// A cell holding `v`.
+    /// Interrupt-safe: yes.
     fn new(v: u64) -> Self;
     /// Current value.
+    /// Interrupt-safe: yes (`CriticalSectionCell`: not NMI).
     fn get(&self) -> u64;
     /// Overwrites the value.
+    /// Interrupt-safe: yes (`CriticalSectionCell`: not NMI).
     fn set(&self, v: u64);
     /// Atomically applies `f` to the current value until it returns `None`
     /// (keep) or its `Some(new)` is stored; returns the value left in the cell.
+    /// Interrupt-safe: yes (`CriticalSectionCell`: not NMI).
     fn update(&self, f: impl FnMut(u64) -> Option<u64>) -> u64;
 }
 

@@ -32,6 +32,7 @@ impl ClampGranule {
     pub const MAX_LOG2: u8 = 20;
 
     /// A granule of `2^log2` units; `None` above [`MAX_LOG2`](Self::MAX_LOG2).
+    /// Interrupt-safe: yes.
     pub const fn from_log2(log2: u8) -> Option<ClampGranule> {
         if log2 <= Self::MAX_LOG2 {
             Some(ClampGranule(log2))
@@ -41,6 +42,7 @@ impl ClampGranule {
     }
 
     /// The granule in units.
+    /// Interrupt-safe: yes.
     pub const fn units(self) -> u64 {
         1 << self.0
     }
@@ -106,11 +108,13 @@ impl<C: Cell64> Default for MonotonicClamp<C> {
 
 impl<C: Cell64> MonotonicClamp<C> {
     /// An exact clamp that has returned nothing yet.
+    /// Interrupt-safe: yes.
     pub fn new() -> Self {
         Self::with_granule(ClampGranule::EXACT)
     }
 
     /// A clamp whose results are multiples of `granule`.
+    /// Interrupt-safe: yes.
     pub fn with_granule(granule: ClampGranule) -> Self {
         MonotonicClamp {
             last: C::new(0),
@@ -119,6 +123,7 @@ impl<C: Cell64> MonotonicClamp<C> {
     }
 
     /// Its granule.
+    /// Interrupt-safe: yes.
     pub fn granule(&self) -> ClampGranule {
         self.granule
     }
@@ -126,6 +131,7 @@ impl<C: Cell64> MonotonicClamp<C> {
     /// `max(value, largest value returned so far)`, recording it; `value`
     /// rounded down to the granule first (so that readers inside one
     /// granule find nothing to publish).
+    /// Interrupt-safe: yes.
     #[inline]
     pub fn clamp(&self, value: u64) -> u64 {
         let value = self.granule.floor(value);
@@ -137,6 +143,7 @@ impl<C: Cell64> MonotonicClamp<C> {
     /// the record: for a floor handed over from elsewhere (per-CPU floors
     /// when a source stops ordering its own readings), which every later
     /// result must be at least.
+    /// Interrupt-safe: yes.
     pub fn absorb(&self, value: u64) -> u64 {
         let value = self.granule.ceil(value);
         self.last
@@ -144,11 +151,13 @@ impl<C: Cell64> MonotonicClamp<C> {
     }
 
     /// The largest value returned so far.
+    /// Interrupt-safe: yes.
     pub fn last(&self) -> u64 {
         self.last.get()
     }
 
     /// Forgets the last value (after resume from suspend).
+    /// Interrupt-safe: yes.
     pub fn reset(&self) {
         self.last.set(0)
     }

@@ -36,6 +36,7 @@ pub struct WrapExtender<C: Cell64 = DefaultCell> {
 impl<C: Cell64> WrapExtender<C> {
     /// An extender for a `bits`-wide counter (clamped to 1..=64) whose first
     /// reading is `initial_raw`.
+    /// Interrupt-safe: yes.
     pub fn new(bits: u32, initial_raw: u64) -> Self {
         let bits = bits.clamp(1, 64);
         let mask = if bits == 64 {
@@ -51,11 +52,13 @@ impl<C: Cell64> WrapExtender<C> {
     }
 
     /// Counter width in bits.
+    /// Interrupt-safe: yes.
     pub fn bits(&self) -> u32 {
         self.mask.count_ones()
     }
 
     /// The longest allowed interval between reads, in ticks (`2^(N-1)`).
+    /// Interrupt-safe: yes.
     pub fn max_read_interval(&self) -> u64 {
         self.half
     }
@@ -122,12 +125,14 @@ impl<C: Cell64> WrapExtender<C> {
     }
 
     /// The last extended value, without reading hardware.
+    /// Interrupt-safe: yes.
     pub fn last(&self) -> u64 {
         self.last.get()
     }
 
     /// Restarts the timeline at `raw` (e.g. after resume, when the hardware
     /// counter was reset and any interval may have passed).
+    /// Interrupt-safe: yes.
     pub fn reset(&self, raw: u64) {
         self.last.set(raw & self.mask)
     }

@@ -109,11 +109,13 @@ impl Frequency {
     };
 
     /// A whole number of Hz.
+    /// Interrupt-safe: yes.
     pub const fn from_hz(hz: u64) -> Result<Self, FrequencyError> {
         Self::from_ratio(hz as u128, 1)
     }
 
     /// The rate of a counter whose period is `fs` femtoseconds (HPET's unit).
+    /// Interrupt-safe: yes.
     pub const fn from_period_fs(fs: u64) -> Result<Self, FrequencyError> {
         Self::from_ratio(1_000_000_000_000_000, fs as u128)
     }
@@ -127,6 +129,7 @@ impl Frequency {
     /// 64 significant bits) of `num / den`. The range check (1 Hz ..=
     /// 2^40 Hz) applies to the exact value and to the stored one, so a rate
     /// just inside the range is never stored just outside it.
+    /// Interrupt-safe: yes.
     pub const fn from_ratio(num: u128, den: u128) -> Result<Self, FrequencyError> {
         if num == 0 || den == 0 {
             return Err(FrequencyError::Zero);
@@ -152,27 +155,32 @@ impl Frequency {
     }
 
     /// Numerator of the reduced fraction (Hz = numerator / denominator).
+    /// Interrupt-safe: yes.
     pub const fn numerator(&self) -> u64 {
         self.num
     }
 
     /// Denominator of the reduced fraction.
+    /// Interrupt-safe: yes.
     pub const fn denominator(&self) -> u64 {
         self.den
     }
 
     /// The rate rounded to the nearest Hz.
+    /// Interrupt-safe: yes.
     pub const fn hz_rounded(&self) -> u64 {
         ((self.num as u128 + self.den as u128 / 2) / self.den as u128) as u64
     }
 
     /// The rate in millihertz, rounded (for displays that want decimals).
+    /// Interrupt-safe: yes.
     pub const fn millihz_rounded(&self) -> u128 {
         (self.num as u128 * 1000 + self.den as u128 / 2) / self.den as u128
     }
 
     /// Signed difference of `self` relative to `reference`, in parts per
     /// billion (saturating). Positive means `self` is faster.
+    /// Interrupt-safe: yes.
     pub fn ppb_from(&self, reference: &Frequency) -> i64 {
         // (a/b - c/d) / (c/d) = (a*d - c*b) / (c*b)
         let ad = self.num as u128 * reference.den as u128;

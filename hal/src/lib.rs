@@ -15,7 +15,6 @@ mod frequency;
 #[cfg(feature = "fugit")]
 mod fugit_types;
 #[cfg(target_has_atomic = "64")]
-mod guard;
 mod map;
 mod policy;
 mod scale;
@@ -39,7 +38,6 @@ pub use frequency::{Frequency, FrequencyError};
 #[cfg(feature = "fugit")]
 pub use fugit_types::{FugitDuration, FugitInstant};
 #[cfg(target_has_atomic = "64")]
-pub use guard::MonotonicGuard;
 pub use map::TscMap;
 pub use policy::{Migration, Policy};
 pub use scale::Scale;

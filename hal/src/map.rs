@@ -38,6 +38,7 @@ pub struct TscMap {
 impl TscMap {
     /// The map of slope `int + frac/2^64` ns per tick that gives `ns0` at
     /// `tsc0`.
+    /// Interrupt-safe: yes.
     pub const fn from_slope(int: u64, frac: u64, tsc0: u64, ns0: u64) -> TscMap {
         // add ≡ (ns0 - tsc0·int)·2^64 - tsc0·frac (mod 2^128), so that
         // apply(tsc0) = tsc0·int + (ns0 - tsc0·int) = ns0.
@@ -47,6 +48,7 @@ impl TscMap {
     }
 
     /// The map with `scale`'s rate through `(tsc0, ns0)`.
+    /// Interrupt-safe: yes.
     pub const fn through(scale: &Scale, tsc0: u64, ns0: u64) -> TscMap {
         let (int, frac) = scale.ns_per_tick_q64();
         TscMap::from_slope(int, frac, tsc0, ns0)
@@ -58,6 +60,7 @@ impl TscMap {
     /// is within 1 ns of it and, unlike it, strictly monotonic in the
     /// delta). `None` for `mul == 0` or `|shift| > 32`, which no host
     /// writes.
+    /// Interrupt-safe: yes.
     pub const fn pvclock(
         mul: u32,
         shift: i8,
@@ -81,6 +84,7 @@ impl TscMap {
     /// counts `⌊tsc·scale / 2^64⌋ + offset` units of 100 ns; this map counts
     /// nanoseconds on the same line (100 times the slope, so a reading is
     /// finer than, and within 100 ns of, 100 × the page's value).
+    /// Interrupt-safe: yes.
     pub const fn hyperv(scale: u64, offset: i64) -> TscMap {
         let slope = scale as u128 * 100;
         TscMap {
@@ -91,6 +95,7 @@ impl TscMap {
     }
 
     /// Nanoseconds at `tsc` (see the type docs for the exact range).
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub const fn apply(&self, tsc: u64) -> u64 {
         let hi = ((tsc as u128 * self.frac as u128).wrapping_add(self.add) >> 64) as u64;
@@ -105,6 +110,7 @@ impl TscMap {
     /// (rounded down; 0 if `apply(tsc0)` is already above it; `u64::MAX`
     /// for a flat map): turns a nanosecond limit into a TSC window, so a
     /// reader compares TSC values instead of waiting for the multiply.
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// use clockhal_core::{Frequency, Scale, TscMap};
@@ -127,6 +133,7 @@ impl TscMap {
     }
 
     /// The same map shifted by `ns` (wrapping): `apply(t) + ns`.
+    /// Interrupt-safe: yes.
     pub const fn offset_by(self, ns: u64) -> TscMap {
         TscMap {
             add: self.add.wrapping_add((ns as u128) << 64),
@@ -135,11 +142,13 @@ impl TscMap {
     }
 
     /// The same slope through `(tsc0, ns0)`.
+    /// Interrupt-safe: yes.
     pub const fn rebased(self, tsc0: u64, ns0: u64) -> TscMap {
         TscMap::from_slope(self.int, self.frac, tsc0, ns0)
     }
 
     /// The slope as `(int, frac)`: `int + frac/2^64` ns per tick.
+    /// Interrupt-safe: yes.
     pub const fn slope(&self) -> (u64, u64) {
         (self.int, self.frac)
     }
@@ -152,6 +161,7 @@ impl TscMap {
     /// `self`'s slope relative to `other`'s, in parts per million
     /// (positive: `self` runs faster), saturating; `None` if `other`'s
     /// slope is zero.
+    /// Interrupt-safe: yes.
     pub fn slope_ppm_from(&self, other: &TscMap) -> Option<i64> {
         let (a, b) = (self.slope_q64(), other.slope_q64());
         if b == 0 {
@@ -174,17 +184,20 @@ impl TscMap {
 
     /// The fraction a read path must be able to represent: the slope is
     /// zero only for a map nobody should read with.
+    /// Interrupt-safe: yes.
     pub const fn is_flat(&self) -> bool {
         self.int == 0 && self.frac == 0
     }
 
     /// The raw `(int, frac, add)` words, for storing the map in atomics
     /// ([`MapSlot`](crate::MapSlot)) or a shared page.
+    /// Interrupt-safe: yes.
     pub const fn to_words(&self) -> (u64, u64, u128) {
         (self.int, self.frac, self.add)
     }
 
     /// A map from the raw words of [`to_words`](Self::to_words).
+    /// Interrupt-safe: yes.
     pub const fn from_words(int: u64, frac: u64, add: u128) -> TscMap {
         TscMap { int, frac, add }
     }

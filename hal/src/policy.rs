@@ -46,6 +46,7 @@ impl Default for Policy {
 
 impl Policy {
     /// The defaults: may migrate, 50 ms calibration, automatic selection.
+    /// Interrupt-safe: yes.
     pub const fn new() -> Policy {
         Policy {
             migration: Migration::May,
@@ -54,16 +55,19 @@ impl Policy {
         }
     }
     /// Sets the migration stance.
+    /// Interrupt-safe: yes.
     pub const fn migration(mut self, m: Migration) -> Policy {
         self.migration = m;
         self
     }
     /// Sets the calibration budget.
+    /// Interrupt-safe: yes.
     pub const fn calibration_budget(mut self, d: Duration) -> Policy {
         self.calibration_budget = d;
         self
     }
     /// Forces a source by name.
+    /// Interrupt-safe: yes.
     pub const fn force(mut self, name: &'static str) -> Policy {
         self.force = Some(name);
         self

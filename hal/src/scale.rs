@@ -110,6 +110,7 @@ pub struct Scale {
 
 impl Scale {
     /// Precomputes both directions for `freq` (a few hundred cycles, once).
+    /// Interrupt-safe: yes.
     pub const fn new(freq: Frequency) -> Scale {
         let num = freq.numerator() as u128;
         let den = freq.denominator() as u128;
@@ -125,23 +126,27 @@ impl Scale {
     }
 
     /// The rate this scale converts for.
+    /// Interrupt-safe: yes.
     pub const fn frequency(&self) -> Frequency {
         self.freq
     }
 
     /// Nanoseconds per tick as `(int, frac)`: `int + frac/2^64`, the
     /// fraction truncated (the slope [`TscMap`](crate::TscMap) reads with).
+    /// Interrupt-safe: yes.
     pub const fn ns_per_tick_q64(&self) -> (u64, u64) {
         (self.to_ns.int, self.to_ns.frac)
     }
 
     /// Nanoseconds in `ticks` ticks: `floor(exact)` or one less; saturating.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub const fn ticks_to_ns(&self, ticks: u64) -> u64 {
         self.to_ns.apply(ticks)
     }
 
     /// Ticks in `ns` nanoseconds: `floor(exact)` or one less; saturating.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub const fn ns_to_ticks(&self, ns: u64) -> u64 {
         self.to_ticks.apply(ns)
@@ -149,12 +154,14 @@ impl Scale {
 
     /// Nanoseconds in `ticks` ticks, exactly `floor(exact)` for whole-Hz
     /// rates and real HPET periods (otherwise as [`ticks_to_ns`](Self::ticks_to_ns)).
+    /// Interrupt-safe: yes.
     pub const fn ticks_to_ns_exact(&self, ticks: u64) -> u64 {
         self.to_ns.apply_exact(ticks)
     }
 
     /// Ticks in `ns` nanoseconds, exact floor (see
     /// [`ticks_to_ns_exact`](Self::ticks_to_ns_exact)).
+    /// Interrupt-safe: yes.
     pub const fn ns_to_ticks_exact(&self, ns: u64) -> u64 {
         self.to_ticks.apply_exact(ns)
     }

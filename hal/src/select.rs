@@ -47,6 +47,7 @@ pub struct Descriptor {
 
 /// Compares two sources: `Less` means `a` ranks *before* (is better than) `b`.
 /// Rule 5 (list order) is left to the caller's stable sort.
+/// Interrupt-safe: yes.
 pub fn compare(a: &Descriptor, b: &Descriptor) -> Ordering {
     let flags = |d: &Descriptor| {
         let f = d.stability;
@@ -71,12 +72,14 @@ pub fn compare(a: &Descriptor, b: &Descriptor) -> Ordering {
 
 /// Index of the best auto-selectable candidate, or `None` if every one is
 /// rated `<= 0` (or the list is empty).
+/// Interrupt-safe: yes.
 pub fn best(candidates: &[Descriptor]) -> Option<usize> {
     best_by(candidates.len(), |i| Some(candidates[i]))
 }
 
 /// Like [`best`], over `n` slots where `get(i)` returns `None` for a slot the
 /// caller excludes (rejected or demoted candidates).
+/// Interrupt-safe: yes.
 pub fn best_by(n: usize, mut get: impl FnMut(usize) -> Option<Descriptor>) -> Option<usize> {
     let mut best: Option<(usize, Descriptor)> = None;
     for i in 0..n {

@@ -103,6 +103,7 @@ pub const REVALIDATE_NS: u64 = 1_000_000_000;
 
 impl MapSlot {
     /// An empty slot (no entry, floor 0).
+    /// Interrupt-safe: yes.
     pub const fn new() -> MapSlot {
         MapSlot {
             seq: AtomicU32::new(0),
@@ -121,6 +122,7 @@ impl MapSlot {
     /// The cached entry and the sequence it was read under, or `None` if
     /// the slot was never filled or a writer is active. Pair with
     /// [`unchanged`](Self::unchanged) after using the entry.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn load(&self) -> Option<(u32, SlotEntry)> {
         let seq = self.begin()?;
@@ -166,6 +168,7 @@ impl MapSlot {
     /// Whether the entry [`load`](Self::load) returned under `seq` is still
     /// the slot's: every load made since (the entry's fields, and whatever
     /// the caller read in between) is ordered before this check.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn unchanged(&self, seq: u32) -> bool {
         fence(Ordering::Acquire);
@@ -176,6 +179,7 @@ impl MapSlot {
     /// active (the caller uses its value uncached; it never waits), or when
     /// the map's slope does not fit the slot (1 ns per tick or more beyond
     /// 2^32: no TSC is that slow).
+    /// Interrupt-safe: yes.
     pub fn store(&self, e: &SlotEntry) -> bool {
         let (int, frac, add) = e.map.to_words();
         let Ok(int) = u32::try_from(int) else {
@@ -219,11 +223,13 @@ impl MapSlot {
 
     /// The entry's map if the slot holds one of `epoch` (read consistently),
     /// for a slot used as a shared "last accepted parameters" record.
+    /// Interrupt-safe: yes.
     pub fn map_of_epoch(&self, epoch: u32) -> Option<TscMap> {
         self.tagged_map_of_epoch(epoch).map(|(_, m)| m)
     }
 
     /// [`map_of_epoch`](Self::map_of_epoch) with the tag it was recorded for.
+    /// Interrupt-safe: yes.
     pub fn tagged_map_of_epoch(&self, epoch: u32) -> Option<(u32, TscMap)> {
         match self.load() {
             Some((seq, e)) if e.epoch == epoch && self.unchanged(seq) => Some((e.tag, e.map)),
@@ -233,6 +239,7 @@ impl MapSlot {
 
     /// Records `map` (for the source's token `tag`) under `epoch`, for
     /// [`map_of_epoch`](Self::map_of_epoch). `false` if a writer was active.
+    /// Interrupt-safe: yes.
     pub fn store_map(&self, tag: u32, epoch: u32, map: TscMap) -> bool {
         self.store(&SlotEntry {
             tag,
@@ -245,6 +252,7 @@ impl MapSlot {
 
     /// Makes the next [`load`](Self::load) return an entry with epoch 0
     /// (which matches no live owner). `false` if a writer was active.
+    /// Interrupt-safe: yes.
     pub fn invalidate(&self) -> bool {
         self.store(&SlotEntry {
             tag: 0,
@@ -275,6 +283,7 @@ impl MapSlot {
     /// that allows — a TSC value from just after a host update with the
     /// parameters from just before — is bounded by the update's continuity
     /// and by the entry's limit.)
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn read_cached(
         &self,
@@ -314,6 +323,7 @@ impl MapSlot {
     /// slot's floor raised with `local` (the OS's CPU-local max). The slot
     /// address is computed once, before the TSC read, so nothing is
     /// recomputed on the path after it. `None`: take the slow path.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn read_raised(
         &self,
@@ -331,6 +341,7 @@ impl MapSlot {
     /// The largest value this CPU returned; raise it with the OS's
     /// CPU-local max (`Hardware::fetch_max_local` in clockhal-x86), or with
     /// `fetch_max` when the slot is shared.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn floor(&self) -> &AtomicU64 {
         &self.floor
@@ -351,6 +362,7 @@ impl Default for PerCpuSlots {
 
 impl PerCpuSlots {
     /// All slots empty.
+    /// Interrupt-safe: yes.
     pub const fn new() -> PerCpuSlots {
         PerCpuSlots {
             slots: [const { MapSlot::new() }; PER_CPU_SLOTS],
@@ -360,6 +372,7 @@ impl PerCpuSlots {
     /// The slot of CPU `cpu`, and whether it is that CPU's alone (`false`
     /// for the shared overflow slot: update its floor with locked
     /// instructions).
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn get(&self, cpu: usize) -> (&MapSlot, bool) {
         let last = PER_CPU_SLOTS - 1;
@@ -374,6 +387,7 @@ impl PerCpuSlots {
     /// that shares the overflow slot (it shares only that slot's floor: a
     /// map cached there could be another CPU's, so such CPUs never use or
     /// fill the cache).
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn cache(&self, cpu: usize) -> Option<&MapSlot> {
         match self.get(cpu) {
@@ -384,6 +398,7 @@ impl PerCpuSlots {
 
     /// [`MapSlot::read_raised`] on CPU `cpu`'s slot; `None` (the slow
     /// path) for a CPU without a slot of its own.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn read_raised(
         &self,
@@ -402,6 +417,7 @@ impl PerCpuSlots {
     /// as it returned) to `value` and returns the result: with `local` on a
     /// slot of its own, with a locked `fetch_max` on the shared one. For a
     /// read path that already holds the slot.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn raise_in(
         slot: &MapSlot,
@@ -419,6 +435,7 @@ impl PerCpuSlots {
     /// Raises CPU `cpu`'s floor to `value` and returns the result: with
     /// `local` (the OS's interrupt-safe CPU-local max) on a slot of its own,
     /// with a locked `fetch_max` on the shared overflow slot.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn raise(&self, cpu: usize, value: u64, local: impl FnOnce(&AtomicU64, u64) -> u64) -> u64 {
         let (slot, own) = self.get(cpu);
@@ -426,18 +443,21 @@ impl PerCpuSlots {
     }
 
     /// CPU `cpu`'s floor (the largest value it returned).
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn floor_of(&self, cpu: usize) -> u64 {
         self.get(cpu).0.floor().load(Ordering::Acquire)
     }
 
     /// Every slot, e.g. to find the largest floor or invalidate all.
+    /// Interrupt-safe: yes.
     pub fn iter(&self) -> impl Iterator<Item = &MapSlot> {
         self.slots.iter()
     }
 
     /// The largest floor of any CPU: an upper bound of every value
     /// returned so far (as far as the floors recorded them).
+    /// Interrupt-safe: yes.
     pub fn max_floor(&self) -> u64 {
         self.slots
             .iter()
@@ -447,6 +467,7 @@ impl PerCpuSlots {
     }
 
     /// Every slot empty and every floor 0 (for a new owner).
+    /// Interrupt-safe: yes.
     pub fn reset(&self) {
         for s in &self.slots {
             s.invalidate();
@@ -456,6 +477,7 @@ impl PerCpuSlots {
 
     /// Invalidates every slot's entry (floors stay). A slot whose writer is
     /// active is skipped: its writer's entry carries the old epoch anyway.
+    /// Interrupt-safe: yes.
     pub fn invalidate_all(&self) {
         for s in &self.slots {
             s.invalidate();
@@ -504,6 +526,7 @@ impl SlotSet {
     const RELEASED: u8 = u8::MAX;
 
     /// Which set of the pool.
+    /// Interrupt-safe: yes.
     pub const fn index(&self) -> usize {
         self.0 as usize
     }
@@ -517,6 +540,7 @@ impl Default for SlotPool {
 
 impl SlotPool {
     /// Every set free.
+    /// Interrupt-safe: yes.
     pub const fn new() -> SlotPool {
         SlotPool {
             sets: [const { PerCpuSlots::new() }; SLOT_SETS],
@@ -526,6 +550,7 @@ impl SlotPool {
 
     /// Claims a free set, reset (no cached entries, every floor 0), or
     /// `None` when all [`SLOT_SETS`] are in use.
+    /// Interrupt-safe: yes.
     pub fn claim(&self) -> Option<SlotSet> {
         let i = self.claimed.iter().position(|c| {
             c.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
@@ -538,6 +563,7 @@ impl SlotPool {
     /// The slots of a claimed set (of this pool: a set of another pool, or
     /// one released already, names some set of this one — a logic error,
     /// never a panic).
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn get(&self, set: &SlotSet) -> &PerCpuSlots {
         &self.sets[set.index() % SLOT_SETS]
@@ -545,6 +571,7 @@ impl SlotPool {
 
     /// Gives a set back (once: `set` is marked released, a second call does
     /// nothing). For owners' `Drop`.
+    /// Interrupt-safe: yes.
     pub fn release(&self, set: &mut SlotSet) {
         if let Some(c) = self.claimed.get(set.index()) {
             c.store(false, Ordering::Release);
@@ -553,6 +580,7 @@ impl SlotPool {
     }
 
     /// How many sets are free now.
+    /// Interrupt-safe: yes.
     pub fn free(&self) -> usize {
         self.claimed
             .iter()

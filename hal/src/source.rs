@@ -36,32 +36,40 @@ use core::fmt;
 /// ```
 pub trait ClockSource: Sync {
     /// Short stable identifier (`"kvmclock"`, `"hpet"`, ...).
+    /// Interrupt-safe: yes.
     fn name(&self) -> &'static str;
 
     /// The current counter value in ticks of [`frequency`](Self::frequency).
+    /// Interrupt-safe: yes (clockhal's backends; an implementation must never wait for a lock).
     fn read(&self) -> u64;
 
     /// Exact tick rate.
+    /// Interrupt-safe: yes.
     fn frequency(&self) -> Frequency;
 
     /// Rating used by [`select`](crate::select); see [`Quality`] for the bands.
+    /// Interrupt-safe: yes.
     fn quality(&self) -> Quality;
 
     /// Properties that matter for choosing and trusting this source.
+    /// Interrupt-safe: yes.
     fn stability(&self) -> Stability;
 
     /// What one `read()` costs in hypervisor exits.
+    /// Interrupt-safe: yes.
     fn read_cost(&self) -> ReadCost;
 
     /// For software-extended counters: the longest interval, in ticks, that
     /// may pass between two reads without losing a wrap. `None` when any
     /// interval is fine.
+    /// Interrupt-safe: yes.
     fn max_read_interval(&self) -> Option<u64> {
         None
     }
 
     /// What ranking needs: rating, exit cost, flags and rate
     /// ([`select`](crate::select)).
+    /// Interrupt-safe: yes.
     fn descriptor(&self) -> crate::select::Descriptor {
         crate::select::Descriptor {
             rating: self.quality(),
@@ -121,16 +129,19 @@ impl Quality {
     pub const UNUSABLE: Quality = Quality(-100);
 
     /// A rating of `value`.
+    /// Interrupt-safe: yes.
     pub const fn new(value: i32) -> Quality {
         Quality(value)
     }
 
     /// The raw number.
+    /// Interrupt-safe: yes.
     pub const fn get(self) -> i32 {
         self.0
     }
 
     /// Whether automatic selection may pick this source.
+    /// Interrupt-safe: yes.
     pub const fn auto_selectable(self) -> bool {
         self.0 > 0
     }
@@ -173,6 +184,7 @@ impl Stability {
     /// a VMM at its nominal rate wherever the VM runs; each read exits to
     /// the hypervisor when there is one; `extended` when narrower than 64
     /// bits.
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// use clockhal_core::Stability;

@@ -26,38 +26,47 @@ impl Duration {
     pub const MAX: Duration = Duration(u64::MAX);
 
     /// `ns` nanoseconds.
+    /// Interrupt-safe: yes.
     pub const fn from_nanos(ns: u64) -> Self {
         Duration(ns)
     }
     /// `us` microseconds, saturating.
+    /// Interrupt-safe: yes.
     pub const fn from_micros(us: u64) -> Self {
         Duration(us.saturating_mul(1_000))
     }
     /// `ms` milliseconds, saturating.
+    /// Interrupt-safe: yes.
     pub const fn from_millis(ms: u64) -> Self {
         Duration(ms.saturating_mul(1_000_000))
     }
     /// `s` seconds, saturating.
+    /// Interrupt-safe: yes.
     pub const fn from_secs(s: u64) -> Self {
         Duration(s.saturating_mul(1_000_000_000))
     }
     /// Whole nanoseconds.
+    /// Interrupt-safe: yes.
     pub const fn as_nanos(self) -> u64 {
         self.0
     }
     /// Whole microseconds (truncated).
+    /// Interrupt-safe: yes.
     pub const fn as_micros(self) -> u64 {
         self.0 / 1_000
     }
     /// Whole milliseconds (truncated).
+    /// Interrupt-safe: yes.
     pub const fn as_millis(self) -> u64 {
         self.0 / 1_000_000
     }
     /// Whole seconds (truncated).
+    /// Interrupt-safe: yes.
     pub const fn as_secs(self) -> u64 {
         self.0 / 1_000_000_000
     }
     /// `self + rhs`, or `None` on overflow.
+    /// Interrupt-safe: yes.
     pub const fn checked_add(self, rhs: Duration) -> Option<Duration> {
         match self.0.checked_add(rhs.0) {
             Some(v) => Some(Duration(v)),
@@ -65,6 +74,7 @@ impl Duration {
         }
     }
     /// `self - rhs`, or `None` if `rhs` is longer.
+    /// Interrupt-safe: yes.
     pub const fn checked_sub(self, rhs: Duration) -> Option<Duration> {
         match self.0.checked_sub(rhs.0) {
             Some(v) => Some(Duration(v)),
@@ -72,14 +82,17 @@ impl Duration {
         }
     }
     /// `self + rhs`, capped at [`Duration::MAX`].
+    /// Interrupt-safe: yes.
     pub const fn saturating_add(self, rhs: Duration) -> Duration {
         Duration(self.0.saturating_add(rhs.0))
     }
     /// `self - rhs`, floored at zero.
+    /// Interrupt-safe: yes.
     pub const fn saturating_sub(self, rhs: Duration) -> Duration {
         Duration(self.0.saturating_sub(rhs.0))
     }
     /// `self * n`, or `None` on overflow.
+    /// Interrupt-safe: yes.
     pub const fn checked_mul(self, n: u64) -> Option<Duration> {
         match self.0.checked_mul(n) {
             Some(v) => Some(Duration(v)),
@@ -172,14 +185,17 @@ impl Instant {
     pub const ZERO: Instant = Instant(0);
 
     /// The instant `ns` nanoseconds after the epoch.
+    /// Interrupt-safe: yes.
     pub const fn from_nanos(ns: u64) -> Self {
         Instant(ns)
     }
     /// Nanoseconds since the epoch.
+    /// Interrupt-safe: yes.
     pub const fn as_nanos(self) -> u64 {
         self.0
     }
     /// `self - earlier`, or `None` if `earlier` is later.
+    /// Interrupt-safe: yes.
     pub const fn checked_duration_since(self, earlier: Instant) -> Option<Duration> {
         match self.0.checked_sub(earlier.0) {
             Some(v) => Some(Duration(v)),
@@ -187,10 +203,12 @@ impl Instant {
         }
     }
     /// `self - earlier`, zero if `earlier` is later.
+    /// Interrupt-safe: yes.
     pub const fn duration_since(self, earlier: Instant) -> Duration {
         Duration(self.0.saturating_sub(earlier.0))
     }
     /// `self + d`, or `None` on overflow.
+    /// Interrupt-safe: yes.
     pub const fn checked_add(self, d: Duration) -> Option<Instant> {
         match self.0.checked_add(d.0) {
             Some(v) => Some(Instant(v)),
@@ -198,6 +216,7 @@ impl Instant {
         }
     }
     /// `self - d`, or `None` before the epoch.
+    /// Interrupt-safe: yes.
     pub const fn checked_sub(self, d: Duration) -> Option<Instant> {
         match self.0.checked_sub(d.0) {
             Some(v) => Some(Instant(v)),
@@ -205,10 +224,12 @@ impl Instant {
         }
     }
     /// `self + d`, capped at the end of the timeline.
+    /// Interrupt-safe: yes.
     pub const fn saturating_add(self, d: Duration) -> Instant {
         Instant(self.0.saturating_add(d.0))
     }
     /// `self - d`, floored at the epoch.
+    /// Interrupt-safe: yes.
     pub const fn saturating_sub(self, d: Duration) -> Instant {
         Instant(self.0.saturating_sub(d.0))
     }

@@ -47,6 +47,7 @@ impl Default for UpdateBounds {
 
 impl UpdateBounds {
     /// The defaults (see the fields).
+    /// Interrupt-safe: yes.
     pub const fn new() -> UpdateBounds {
         UpdateBounds {
             rate_range: 4,
@@ -90,6 +91,7 @@ pub enum UpdateVerdict {
 
 impl UpdateVerdict {
     /// The map to read with, if any.
+    /// Interrupt-safe: yes.
     pub const fn map(&self) -> Option<TscMap> {
         match self {
             UpdateVerdict::Accept(m) | UpdateVerdict::Reanchor(m, _) => Some(*m),
@@ -98,6 +100,7 @@ impl UpdateVerdict {
     }
 
     /// The fault, if the parameters were not accepted as they are.
+    /// Interrupt-safe: yes.
     pub const fn fault(&self) -> Option<UpdateFault> {
         match self {
             UpdateVerdict::Accept(_) => None,
@@ -136,6 +139,7 @@ pub struct UpdateJudge {
 impl UpdateJudge {
     /// A judge whose first accepted parameters are the probe's (`probe`,
     /// for the host's token `tag`, in `epoch`).
+    /// Interrupt-safe: yes.
     pub fn new(probe: TscMap, bounds: UpdateBounds, tag: u32, epoch: u32) -> UpdateJudge {
         let accepted = MapSlot::new();
         accepted.store_map(tag, epoch, probe);
@@ -151,6 +155,7 @@ impl UpdateJudge {
     /// The map some CPU accepted last in `epoch` (none after the owner
     /// moved to a new epoch, e.g. a resume: the restored host's first
     /// parameters are then judged for plausibility alone).
+    /// Interrupt-safe: yes.
     pub fn last_accepted(&self, epoch: u32) -> Option<TscMap> {
         self.accepted.map_of_epoch(epoch)
     }
@@ -159,6 +164,7 @@ impl UpdateJudge {
     /// token `tag`: for one set of parameters that every CPU reads (the
     /// Hyper-V page), an update another CPU judged already is taken as it
     /// was judged, not judged again against this CPU's older map.
+    /// Interrupt-safe: yes.
     pub fn accepted_for(&self, tag: u32, epoch: u32) -> Option<TscMap> {
         match self.accepted.tagged_map_of_epoch(epoch) {
             Some((t, m)) if t == tag => Some(m),
@@ -218,11 +224,13 @@ impl UpdateJudge {
     }
 
     /// Updates rejected so far.
+    /// Interrupt-safe: yes.
     pub fn rejected(&self) -> u64 {
         self.rejected.load(Relaxed)
     }
 
     /// Updates re-anchored so far (discontinuous beyond the bounds).
+    /// Interrupt-safe: yes.
     pub fn reanchored(&self) -> u64 {
         self.reanchored.load(Relaxed)
     }
@@ -231,6 +239,7 @@ impl UpdateJudge {
 /// Judges `new` (already decoded, `None` if the parameters give no map)
 /// at TSC value `tsc`, against the map it replaces (`old`, if any) and the
 /// probe-time rate `probe` (see the module docs).
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_core::{judge_update, Frequency, Scale, TscMap, UpdateBounds, UpdateFault, UpdateVerdict};

@@ -89,6 +89,7 @@ impl Default for WatchdogConfig {
 
 impl WatchdogConfig {
     /// The defaults.
+    /// Interrupt-safe: yes.
     pub const fn new() -> WatchdogConfig {
         WatchdogConfig {
             max_skew_ppm: 500,
@@ -101,24 +102,28 @@ impl WatchdogConfig {
     }
 
     /// Sets [`max_skew_ppm`](Self::max_skew_ppm).
+    /// Interrupt-safe: yes.
     pub const fn max_skew_ppm(mut self, ppm: u64) -> Self {
         self.max_skew_ppm = ppm;
         self
     }
 
     /// Sets [`min_interval`](Self::min_interval).
+    /// Interrupt-safe: yes.
     pub const fn min_interval(mut self, d: Duration) -> Self {
         self.min_interval = d;
         self
     }
 
     /// Sets [`strikes`](Self::strikes).
+    /// Interrupt-safe: yes.
     pub const fn strikes(mut self, n: u32) -> Self {
         self.strikes = n;
         self
     }
 
     /// Sets [`max_read_delay`](Self::max_read_delay).
+    /// Interrupt-safe: yes.
     pub const fn max_read_delay(mut self, d: Duration) -> Self {
         self.max_read_delay = d;
         self
@@ -156,6 +161,7 @@ pub struct Round {
 
 impl Round {
     /// A round with no member readings yet.
+    /// Interrupt-safe: yes.
     pub const fn new(ref_before: u64, ref_after: u64) -> Round {
         Round {
             ref_before,
@@ -260,6 +266,7 @@ impl Judgement {
     }
 
     /// The members found at fault this round, with why.
+    /// Interrupt-safe: yes.
     pub fn faulty(&self) -> impl Iterator<Item = (usize, Fault)> + '_ {
         self.verdicts
             .iter()
@@ -271,6 +278,7 @@ impl Judgement {
     }
 
     /// The verdict of member `i`.
+    /// Interrupt-safe: yes.
     pub fn verdict(&self, i: usize) -> MemberVerdict {
         self.verdicts
             .get(i)
@@ -324,6 +332,7 @@ enum Elapsed {
 impl Watchdog {
     /// A watchdog over `members` (at most [`MAX_MEMBERS`]; extra ones are
     /// ignored), indexed by their position.
+    /// Interrupt-safe: yes.
     pub fn new(members: &[Member], config: WatchdogConfig) -> Watchdog {
         let mut m = [None; MAX_MEMBERS];
         for (slot, member) in m.iter_mut().zip(members) {
@@ -338,18 +347,21 @@ impl Watchdog {
     }
 
     /// The configuration.
+    /// Interrupt-safe: yes.
     pub fn config(&self) -> &WatchdogConfig {
         &self.config
     }
 
     /// Forgets the baseline and the strikes (after a legitimate
     /// discontinuity, e.g. a resume, or a change of members).
+    /// Interrupt-safe: yes.
     pub fn restart(&mut self) {
         self.base = None;
         self.strikes = [0; MAX_MEMBERS];
     }
 
     /// Forgets one member's strikes (it was demoted, or replaced).
+    /// Interrupt-safe: yes.
     pub fn clear_strikes(&mut self, member: usize) {
         if let Some(s) = self.strikes.get_mut(member) {
             *s = 0;
@@ -360,6 +372,7 @@ impl Watchdog {
     /// `current` member (the one a two-way disagreement is about).
     /// `paused`: the host paused the guest since the last round (the
     /// round becomes the new baseline, strikes are kept).
+    /// Interrupt-safe: yes.
     pub fn check(
         &mut self,
         round: &Round,

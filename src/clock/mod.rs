@@ -2,6 +2,7 @@
 //! cross-checking with a switch that never steps backwards, and the
 //! lifecycle (application processors, TSC sync results, resume).
 
+mod lock;
 mod read;
 mod readmit;
 #[cfg(feature = "tsc")]
@@ -136,6 +137,18 @@ impl core::error::Error for NoClock {}
 /// CPU's slot (one cache line: the validated map shifted onto the clock's
 /// timeline and the floor), the source's version word, `rdtsc`, one
 /// multiply and the CPU-local maximum: no shared write, no lock.
+///
+/// # In interrupt and NMI handlers
+/// Each method's docs say whether it may run in one (`Interrupt-safe:`).
+/// Those that may never wait for a lock the interrupted code can hold:
+/// reads never lock, [`watchdog_tick`](Self::watchdog_tick) returns
+/// [`WatchdogEvent::Busy`] while another tick or a lifecycle call holds
+/// the watchdog lock, and [`set_unix_time`](Self::set_unix_time) applies
+/// the wall time at once and leaves the user page's copy to the lock's
+/// holder, which publishes it when it lets go. The lifecycle calls
+/// ([`force`](Self::force), [`resume`](Self::resume),
+/// [`register_this_cpu`](Self::register_this_cpu), [`report`](Self::report),
+/// ...) wait for that lock: not from a handler.
 pub struct Clock<H: Hardware + Clone> {
     /// KVM steal time (first: dropped, so unregistered, first).
     pub(crate) steal: steal::Steal<H>,
@@ -186,6 +199,9 @@ pub struct Clock<H: Hardware + Clone> {
     pub(crate) page_restored: AtomicBool,
     /// A backend withdrew a promise since the last page publication.
     pub(crate) page_stale: AtomicBool,
+    /// A publication was asked for while the watchdog lock was held
+    /// (`lock`: its holder makes it when it lets go).
+    pub(crate) publish_requested: AtomicBool,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -284,6 +300,7 @@ impl<H: Hardware + Clone> Clock<H> {
             clock_page,
             page_restored: AtomicBool::new(false),
             page_stale: AtomicBool::new(false),
+            publish_requested: AtomicBool::new(false),
         };
         // The timeline starts at 0 on the selected source (whatever a
         // reused user page carried before: no reader holds yet).
@@ -302,12 +319,14 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// The current instant: nanoseconds on the clock's timeline (0 when it
     /// was built). See the type docs for the exact monotonicity guarantee.
+    /// Interrupt-safe: yes (NMI too).
     #[inline]
     pub fn now(&self) -> Instant {
         Instant::from_nanos(self.now_ns())
     }
 
     /// Time since `earlier` (zero if `earlier` is later).
+    /// Interrupt-safe: yes (NMI too).
     #[inline]
     pub fn elapsed(&self, earlier: Instant) -> Duration {
         self.now().duration_since(earlier)
@@ -318,6 +337,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// readings in a row (see [`Stalled`](crate::Stalled)).
     /// Lasts at least `d` of true time whatever the source's resolution
     /// (the end is padded by one tick or clamp granule).
+    ///
+    /// Interrupt-safe: yes (busy-waits for `d`).
     pub fn spin_for(&self, d: Duration) -> Result<(), crate::Stalled> {
         let resolution = Duration::from_nanos(self.resolution_ns());
         crate::wait::spin_for(|| self.now(), d, resolution)
@@ -328,22 +349,26 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// The current source's id.
+    /// Interrupt-safe: yes.
     pub fn source_id(&self) -> SourceId {
         SourceId::from_index(self.current_index()).unwrap_or(SourceId::Extra)
     }
 
     /// The current source.
+    /// Interrupt-safe: yes.
     pub fn source(&self) -> Option<&dyn ClockSource> {
         self.backends.source(self.source_id())
     }
 
     /// The backend of `id`, if the probe constructed it (to read or compare
     /// sources directly; `now()` is the clock).
+    /// Interrupt-safe: yes.
     pub fn source_of(&self, id: SourceId) -> Option<&dyn ClockSource> {
         self.backends.source(id)
     }
 
     /// The current source's name (`"kvmclock"`, ...).
+    /// Interrupt-safe: yes.
     pub fn source_name(&self) -> &'static str {
         self.source().map_or("none", |s| s.name())
     }
@@ -360,12 +385,14 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// The current source's exact rate.
+    /// Interrupt-safe: yes.
     pub fn frequency(&self) -> Option<Frequency> {
         self.scale_of(self.current_index()).map(|s| s.frequency())
     }
 
     /// `ticks` of the current source as a [`Duration`] (exact floor,
     /// saturating).
+    /// Interrupt-safe: yes.
     pub fn ticks_to_duration(&self, ticks: u64) -> Duration {
         Duration::from_nanos(
             self.scale_of(self.current_index())
@@ -374,12 +401,14 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// `d` in ticks of the current source (exact floor, saturating).
+    /// Interrupt-safe: yes.
     pub fn duration_to_ticks(&self, d: Duration) -> u64 {
         self.scale_of(self.current_index())
             .map_or(0, |s| s.ns_to_ticks_exact(d.as_nanos()))
     }
 
     /// How many times the clock switched source (or rebased) at run time.
+    /// Interrupt-safe: yes.
     pub fn switches(&self) -> u32 {
         // Acquire: a caller that sees the count unchanged around a
         // measurement saw no switch's timeline in it.
@@ -389,8 +418,9 @@ impl<H: Hardware + Clone> Clock<H> {
     /// The candidate list as of now: the probe's verdicts plus run-time
     /// demotions, with the current source marked selected. Takes a short
     /// lock: not for interrupt handlers (the read path never locks).
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn report(&self) -> Report {
-        let mut r = *self.report.lock();
+        let mut r = self.locked(|_| *self.report.lock());
         r.set_selected(Some(self.source_id()), self.forced.load(Ordering::Relaxed));
         r
     }
@@ -529,6 +559,7 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// Whether the current source is kept only while the watchdog runs.
+    /// Interrupt-safe: yes.
     pub fn supervised(&self) -> bool {
         self.is_supervised(self.source_id())
     }
@@ -546,6 +577,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// single-CPU (no [`Platform::cpus`](crate::Platform::cpus), no MADT)
     /// makes its synchronisation unknown: nobody tested the TSCs of the
     /// CPUs the OS did not mention (see `Clock::set_tsc_sync`).
+    ///
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn register_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         let mut tsc_bad = self.more_cpus_than_said();
@@ -600,13 +633,14 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// Republishes the user page if a backend changed its promises since
-    /// the last publication. Takes the watchdog lock: not with it held.
+    /// the last publication. Waits for the watchdog lock: not with it held.
     pub(crate) fn republish_if_stale(&self) {
         if self.page_stale.load(Ordering::Acquire) {
-            let _st = self.watchdog.lock();
-            if self.page_stale.swap(false, Ordering::AcqRel) {
-                self.publish_page();
-            }
+            self.locked(|_| {
+                if self.page_stale.swap(false, Ordering::AcqRel) {
+                    self.publish_page();
+                }
+            });
         }
     }
 
@@ -635,6 +669,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// out-of-step result also withdraws the trust in host promises that
     /// rest on synchronised TSCs (kvmclock's stable bit, the Hyper-V page's
     /// cross-CPU order).
+    /// Interrupt-safe: no (waits for the watchdog lock).
     #[cfg(feature = "tsc")]
     pub fn set_tsc_sync(&self, sync: clockhal_tsc::SyncStatus) {
         if let Some(t) = &self.backends.tsc {
@@ -656,12 +691,15 @@ impl<H: Hardware + Clone> Clock<H> {
         self.follow_backend_epochs();
         #[cfg(feature = "tsc")]
         if let Some(t) = &self.backends.tsc {
-            let mut r = self.report.lock();
-            if let Some(c) = r.get_mut(SourceId::Tsc) {
-                c.set_descriptor(t.descriptor());
-                // The note says why, as it stands now.
-                c.note = crate::Note::of_tsc(t);
-            }
+            // The report's lock only under the watchdog's (see `lock`).
+            self.locked(|_| {
+                let mut r = self.report.lock();
+                if let Some(c) = r.get_mut(SourceId::Tsc) {
+                    c.set_descriptor(t.descriptor());
+                    // The note says why, as it stands now.
+                    c.note = crate::Note::of_tsc(t);
+                }
+            });
         }
         self.reselect();
         self.republish_if_stale();
@@ -688,24 +726,24 @@ impl<H: Hardware + Clone> Clock<H> {
     /// (up to a second, so not done here) or `set_unix_time` after
     /// `resume`.
     ///
-    /// Interrupt-safe: no (takes the watchdog lock; reprograms devices).
+    /// Interrupt-safe: no (waits for the watchdog lock; reprograms devices).
     pub fn resume(&self) -> Result<(), CpuError> {
         self.backends.each(|b| b.resume_machine());
         let r = self.resume_this_cpu();
-        let mut st = self.watchdog.lock();
-        let start = self.high_water().saturating_add(SWITCH_MARGIN_NS);
-        self.page_restored.store(true, Ordering::Release);
-        self.start_source(self.source_id(), start);
-        // Every baseline against a reference's count from before the
-        // suspend (the jump check's anchor on an HPET that S3 reset) is
-        // taken again.
-        self.rebaseline(&mut st, start);
-        // A rebase, counted like a switch (a measurement spanning it, like
-        // `calibrate_lapic`'s, sees the count change).
-        self.switches.fetch_add(1, Ordering::Release);
-        self.forgive_host_faults(&mut st);
-        self.restart.store(true, Ordering::Release);
-        drop(st);
+        self.locked(|st| {
+            let start = self.high_water().saturating_add(SWITCH_MARGIN_NS);
+            self.page_restored.store(true, Ordering::Release);
+            self.start_source(self.source_id(), start);
+            // Every baseline against a reference's count from before the
+            // suspend (the jump check's anchor on an HPET that S3 reset) is
+            // taken again.
+            self.rebaseline(st, start);
+            // A rebase, counted like a switch (a measurement spanning it, like
+            // `calibrate_lapic`'s, sees the count change).
+            self.switches.fetch_add(1, Ordering::Release);
+            self.forgive_host_faults(st);
+            self.restart.store(true, Ordering::Release);
+        });
         if self.wall_from_kvmclock.load(Ordering::Acquire) {
             self.init_wall_clock();
         }
@@ -732,7 +770,7 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         });
         self.follow_backend_epochs();
-        self.forgive_host_faults(&mut self.watchdog.lock());
+        self.locked(|st| self.forgive_host_faults(st));
         match (first, self.steal.resume_this_cpu(self.now_ns())) {
             (Ok(()), Err(e)) => Err(e),
             (first, _) => first,
@@ -745,19 +783,22 @@ impl<H: Hardware + Clone> Clock<H> {
     /// so far. The watchdog still checks it but never switches away; a
     /// supervised TSC stays even without ticks. `Err` if that source was
     /// not constructed.
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn force(&self, id: SourceId) -> Result<(), crate::Rejection> {
         if self.scale_of(id.index()).is_none() || self.backends.source(id).is_none() {
             return Err(crate::Rejection::NotConfigured("source not constructed"));
         }
-        let _st = self.watchdog.lock();
-        self.forced.store(true, Ordering::Release);
-        self.switch_to(id);
-        self.deadline.store(u64::MAX, Ordering::Release);
+        self.locked(|_| {
+            self.forced.store(true, Ordering::Release);
+            self.switch_to(id);
+            self.deadline.store(u64::MAX, Ordering::Release);
+        });
         Ok(())
     }
 
     /// Back to automatic selection after [`force`](Self::force) (or a
     /// forced policy): switches to the best eligible source.
+    /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn unforce(&self) {
         self.forced.store(false, Ordering::Release);
         self.reselect();
@@ -765,11 +806,13 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Asks the next [`watchdog_tick`](Self::watchdog_tick) to restart its
     /// baseline (after a legitimate time jump the clock cannot see).
+    /// Interrupt-safe: yes (NMI too).
     pub fn restart_watchdog(&self) {
         self.restart.store(true, Ordering::Release);
     }
 
     /// The hardware access the clock reads with.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }
@@ -781,6 +824,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// [`set_unix_time`](Self::set_unix_time)) plus [`now`](Self::now).
     /// `None` until some wall time is known. Saturates at `u64::MAX` (the
     /// year 2554) instead of wrapping.
+    /// Interrupt-safe: yes (NMI too).
     pub fn unix_time_ns(&self) -> Option<u64> {
         self.unix_known.load(Ordering::Acquire).then(|| {
             self.unix_offset
@@ -798,17 +842,17 @@ impl<H: Hardware + Clone> Clock<H> {
     /// time is left as it was. After [`resume`](Self::resume) the OS sets
     /// it again (see there).
     ///
-    /// Interrupt-safe: no (takes the watchdog lock to republish the user
-    /// clock page).
+    /// Interrupt-safe: yes (never waits: the lock's holder publishes the page).
     pub fn set_unix_time(&self, unix_ns: u64) -> Result<(), crate::ImplausibleWallTime> {
         let unix_ns = crate::wall_time::check(unix_ns)?;
         self.wall_from_kvmclock.store(false, Ordering::Release);
         self.unix_offset
             .store(unix_ns.saturating_sub(self.now_ns()), Ordering::Release);
         self.unix_known.store(true, Ordering::Release);
-        // The user clock page carries the wall time too.
-        let _st = self.watchdog.lock();
-        self.publish_page();
+        // The user clock page carries the wall time too: published now, or
+        // by the watchdog lock's holder (this may be an interrupt inside
+        // it) when it lets go.
+        self.request_publication();
         Ok(())
     }
 
@@ -835,18 +879,21 @@ impl<H: Hardware + Clone> Clock<H> {
 
 impl<H: Hardware + Clone> Clock<H> {
     /// The kvmclock backend (e.g. its stats).
+    /// Interrupt-safe: yes.
     #[cfg(feature = "kvmclock")]
     pub fn kvmclock(&self) -> Option<&clockhal_kvmclock::Kvmclock<H>> {
         self.backends.kvmclock.as_ref()
     }
 
     /// The Hyper-V backend.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "hyperv")]
     pub fn hyperv(&self) -> Option<&clockhal_hyperv::Hyperv<H>> {
         self.backends.hyperv.as_ref()
     }
 
     /// The TSC backend.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "tsc")]
     pub fn tsc(&self) -> Option<&clockhal_tsc::Tsc<H>> {
         self.backends.tsc.as_ref()
@@ -854,18 +901,21 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// The PIT backend (constructed only when needed or committed to, see
     /// [`Platform::pit`](crate::Platform::pit)).
+    /// Interrupt-safe: yes.
     #[cfg(feature = "pit")]
     pub fn pit(&self) -> Option<&clockhal_pit::Pit<H>> {
         self.backends.pit.as_ref()
     }
 
     /// The HPET backend.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "hpet")]
     pub fn hpet(&self) -> Option<&clockhal_hpet::Hpet<H>> {
         self.backends.hpet.as_ref()
     }
 
     /// The ACPI PM timer backend.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "acpi-pm")]
     pub fn acpi_pm(&self) -> Option<&clockhal_acpi_pm::AcpiPm<H>> {
         self.backends.acpi_pm.as_ref()

@@ -19,11 +19,13 @@ pub struct Stamp(u64);
 
 impl Stamp {
     /// A stamp of TSC value `tsc` (e.g. one a trace buffer stored).
+    /// Interrupt-safe: yes.
     pub const fn from_tsc(tsc: u64) -> Stamp {
         Stamp(tsc)
     }
 
     /// The TSC value.
+    /// Interrupt-safe: yes.
     pub const fn tsc(self) -> u64 {
         self.0
     }
@@ -68,6 +70,7 @@ impl StampConverter {
     }
 
     /// `stamp` on the clock's timeline, or `None` outside the range above.
+    /// Interrupt-safe: yes.
     #[inline]
     pub fn instant(&self, stamp: Stamp) -> Option<Instant> {
         let t = stamp.0;
@@ -81,6 +84,7 @@ impl StampConverter {
     }
 
     /// The source whose map this is.
+    /// Interrupt-safe: yes.
     pub fn source_id(&self) -> SourceId {
         self.source
     }
@@ -104,6 +108,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// - **Source**: a stamp is a TSC value; it converts only while the
     ///   current source is TSC-based (the TSC, kvmclock, the Hyper-V page).
     ///   On the HPET or the PM timer there is no cheap stamp: use `now()`.
+    ///
+    /// Interrupt-safe: yes (NMI too).
     ///
     /// ```
     /// # use clockhal::Clock;
@@ -133,6 +139,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// progress, or the map's reading now jumps further than the clock's
     /// reference explains (then the source is demoted, as `now()` would
     /// demote it).
+    /// Interrupt-safe: yes.
     pub fn stamp_converter(&self) -> Option<StampConverter> {
         // A switch racing the build is retried a few times (bounded).
         for _ in 0..3 {
@@ -161,6 +168,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// `stamp` on the clock's timeline through a fresh
     /// [`stamp_converter`](Self::stamp_converter) (convert many stamps
     /// with one converter instead).
+    /// Interrupt-safe: yes.
     pub fn stamp_to_instant(&self, stamp: Stamp) -> Option<Instant> {
         self.stamp_converter()?.instant(stamp)
     }

@@ -95,6 +95,8 @@ impl<H: Hardware + Clone> Clock<H> {
             return;
         };
         self.page_stale.store(false, Ordering::Release);
+        // Before the wall time is read: a request after this is kept.
+        self.publish_requested.store(false, Ordering::SeqCst);
         let id = self.source_id();
         let i = id.index();
         let ordered = self

@@ -66,6 +66,9 @@ impl State {
 #[non_exhaustive]
 pub enum WatchdogEvent {
     /// Another `watchdog_tick` is running (on another CPU): nothing done.
+    /// Also while a lifecycle call (`force`, `resume`, ...) holds the
+    /// watchdog lock, and for a tick in an interrupt handler that arrived
+    /// inside a tick or such a call: the tick returns instead of waiting.
     Busy,
     /// Fewer than two sources to compare: nothing checked (the current
     /// source's counter was still read, so its extension stays fed).
@@ -193,10 +196,14 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Concurrent calls return [`WatchdogEvent::Busy`] rather than wait.
     /// Bounded: one read per source, three tries at the reference window,
     /// and on a switch two more reads.
+    /// Interrupt-safe: yes (returns `Busy` when the watchdog lock is taken).
     pub fn watchdog_tick(&self) -> WatchdogEvent {
-        let Some(mut st) = self.watchdog.try_lock() else {
-            return WatchdogEvent::Busy;
-        };
+        self.try_locked(|st| self.tick_held(st))
+            .unwrap_or(WatchdogEvent::Busy)
+    }
+
+    /// [`watchdog_tick`](Self::watchdog_tick) with the lock held.
+    fn tick_held(&self, st: &mut State) -> WatchdogEvent {
         // On a CPU the current source does not serve, nothing is judged,
         // and nothing a judged tick needs is taken: the restart request,
         // the guest-stopped latches and the host-fault counts stay for the
@@ -224,7 +231,7 @@ impl<H: Hardware + Clone> Clock<H> {
             self.publish_page();
         }
         // Host faults the backends counted since the last tick.
-        if let Some(e) = self.judge_host_faults(&mut st) {
+        if let Some(e) = self.judge_host_faults(st) {
             return e;
         }
         let restart = self.restart.swap(false, Ordering::AcqRel);
@@ -272,7 +279,7 @@ impl<H: Hardware + Clone> Clock<H> {
             // Nothing else to compare, but a demoted candidate can still
             // verify against the current source.
             if !restart && !self.conditional(cur) {
-                if let Some(source) = self.probation_round(&mut st, cur, paused) {
+                if let Some(source) = self.probation_round(st, cur, paused) {
                     return WatchdogEvent::Readmitted { source };
                 }
             }
@@ -316,7 +323,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if (restart || paused) && self.supervised() {
             // The tick came (the interval only was skipped): a supervised
             // TSC stays current as long as ticks arrive.
-            let now = self.trusted_now(&st);
+            let now = self.trusted_now(st);
             self.deadline.store(
                 now.saturating_add(self.settings.supervision_timeout.as_nanos()),
                 Ordering::Release,
@@ -327,7 +334,7 @@ impl<H: Hardware + Clone> Clock<H> {
         } else if paused {
             WatchdogEvent::GuestStopped
         } else {
-            self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
+            self.after_round(st, &j, &ids, cur, cur_m, ref_id, reference, &round)
         };
         // A demoted candidate's probation, against a reference that needs
         // no supervision and was not found at fault this round.
@@ -335,7 +342,7 @@ impl<H: Hardware + Clone> Clock<H> {
             && !matches!(j.verdict(reference), MemberVerdict::Faulty(_))
             && !matches!(event, WatchdogEvent::Switched { .. });
         if !restart && ref_sound {
-            if let Some(source) = self.probation_round(&mut st, ref_id, paused) {
+            if let Some(source) = self.probation_round(st, ref_id, paused) {
                 if matches!(
                     event,
                     WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
@@ -352,7 +359,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
             )
         {
-            if let Some(e) = self.refine_tsc(&mut st, ref_id, ref_src, paused) {
+            if let Some(e) = self.refine_tsc(st, ref_id, ref_src, paused) {
                 return e;
             }
         }
@@ -725,20 +732,18 @@ impl<H: Hardware + Clone> Clock<H> {
     /// meanwhile will judge it anyway).
     #[cold]
     pub(crate) fn demote_current(&self, reason: Demotion) {
-        let Some(mut st) = self.watchdog.try_lock() else {
-            return;
-        };
-        let cur = self.source_id();
-        if self.usable_now(cur) && self.demote_and_switch(&st, cur, reason).is_some() {
-            st.core = None;
-        }
+        self.try_locked(|st| {
+            let cur = self.source_id();
+            if self.usable_now(cur) && self.demote_and_switch(st, cur, reason).is_some() {
+                st.core = None;
+            }
+        });
     }
 
     /// Selection again (after a rating changed): switches if the best
     /// eligible source is not the current one.
     pub(crate) fn reselect(&self) {
-        let _st = self.watchdog.lock();
-        self.reselect_held();
+        self.locked(|_| self.reselect_held());
     }
 
     /// [`reselect`](Self::reselect) with the watchdog lock held.

@@ -410,6 +410,7 @@ impl<H: Hardware + Clone> fmt::Debug for Probed<H> {
 /// once; share the [`Clock`](crate::Clock) (it is `Sync`) with every CPU.
 ///
 /// Never fails otherwise: what could not be used is in [`Probed::report`].
+/// Interrupt-safe: no (one-time probe: busy-waits for ms).
 pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H> {
     let started = hw.rdtsc_ordered();
     let mut report = Report::new();
@@ -560,6 +561,7 @@ fn first_source<B: Backend>(b: &B) -> Option<&dyn ClockSource> {
 
 impl<H: Hardware + Clone> Probed<H> {
     /// Every candidate with its verdict, and the selection.
+    /// Interrupt-safe: yes.
     pub fn report(&self) -> &Report {
         &self.report
     }
@@ -568,6 +570,7 @@ impl<H: Hardware + Clone> Probed<H> {
     /// the machine's clock hardware). Keep it in a `static` (e.g. a
     /// `spin::Once`) and share it with every CPU; see the crate docs for
     /// the lifecycle. `Err` carries the report when nothing is usable.
+    /// Interrupt-safe: no (one-time construction).
     // The error carries the whole report (no allocator to box it); this
     // runs once per boot.
     #[allow(clippy::result_large_err)]
@@ -576,6 +579,7 @@ impl<H: Hardware + Clone> Probed<H> {
     }
 
     /// The backend behind `id`, if it was constructed.
+    /// Interrupt-safe: yes.
     pub fn source(&self, id: SourceId) -> Option<&dyn ClockSource> {
         self.backends.source(id)
     }

@@ -59,6 +59,7 @@ pub enum AskReason {
 
 impl AskReason {
     /// The page encoding.
+    /// Interrupt-safe: yes.
     pub const fn code(self) -> u32 {
         match self {
             AskReason::NotPublished => 0,
@@ -72,6 +73,7 @@ impl AskReason {
     }
 
     /// Decodes `arg`.
+    /// Interrupt-safe: yes.
     pub const fn from_code(code: u32) -> AskReason {
         match code {
             0 => AskReason::NotPublished,
@@ -167,6 +169,7 @@ impl ClockPage {
     crate::__clockhal_const_fn! {
     /// A zeroed page: no header, mode "ask the kernel, not published".
     /// Every all-zero 4 KiB frame is a valid `ClockPage` too.
+    /// Interrupt-safe: yes.
     pub fn new() -> ClockPage {
         ClockPage {
             magic: AtomicU32::new(0),
@@ -221,6 +224,7 @@ impl WindowLayout {
     };
 
     /// Pages in the window: the clock page plus the highest mapped index.
+    /// Interrupt-safe: yes.
     pub const fn pages(&self) -> u32 {
         let mut last = 0;
         if self.pvclock_page > last {
@@ -234,6 +238,7 @@ impl WindowLayout {
 
     /// Whether the layout is one a reader accepts: mapped pages distinct,
     /// area count within a page, no count without a page.
+    /// Interrupt-safe: yes.
     pub const fn is_valid(&self) -> bool {
         let pv = self.pvclock_page != 0;
         if self.pvclock_areas > MAX_PVCLOCK_AREAS || (!pv && self.pvclock_areas != 0) {

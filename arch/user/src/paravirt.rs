@@ -62,6 +62,7 @@ impl PvclockVcpuTimeInfo {
     /// change, even after (an update left open, odd, is finished rather than
     /// restarted). A guest never writes the area; this is for simulators,
     /// benchmarks and tests that play the host.
+    /// Interrupt-safe: yes.
     pub fn publish(&self, tsc_timestamp: u64, system_time: u64, mul: u32, shift: i8, flags: u8) {
         use Ordering::{Release, SeqCst};
         let odd = self.version.load(SeqCst) | 1;
@@ -76,6 +77,7 @@ impl PvclockVcpuTimeInfo {
 
     crate::__clockhal_const_fn! {
         /// A zeroed area (version 0, mul 0: "not yet written").
+        /// Interrupt-safe: yes.
         pub fn new() -> Self {
             PvclockVcpuTimeInfo {
                 version: AtomicU32::new(0),
@@ -125,6 +127,7 @@ impl HvReferenceTscPage {
     /// and `offset` change, then `sequence` (a host picks the next valid
     /// one, e.g. `clockhal_x86::paravirt::hv_next_sequence`). For
     /// simulators, benchmarks and tests that play the host.
+    /// Interrupt-safe: yes.
     pub fn publish(&self, sequence: u32, scale: u64, offset: i64) {
         use Ordering::{Release, SeqCst};
         self.sequence.store(0, SeqCst);
@@ -135,6 +138,7 @@ impl HvReferenceTscPage {
 
     crate::__clockhal_const_fn! {
         /// A zeroed (invalid) page.
+        /// Interrupt-safe: yes.
         pub fn new() -> Self {
             HvReferenceTscPage {
                 sequence: AtomicU32::new(0),
@@ -155,6 +159,7 @@ impl Default for HvReferenceTscPage {
 
 /// Whether a pvclock `(mul, shift)` pair is one a host can have written:
 /// `mul != 0` (0 = "not yet written") and `shift` in `-32..=32`.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_user::paravirt::pvclock_params_valid;
@@ -177,6 +182,7 @@ pub const fn pvclock_params_valid(mul: u32, shift: i8) -> bool {
 ///
 /// `None` for values no host writes (see [`pvclock_params_valid`]). Both
 /// parts stay below 2^95.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_user::paravirt::pvclock_tsc_hz_ratio;
@@ -205,6 +211,7 @@ pub const fn pvclock_tsc_hz_ratio(mul: u32, shift: i8) -> Option<(u128, u128)> {
 /// computation) does. The left shift is computed without the silent 64-bit
 /// overflow of a C implementation: the result is exact, and saturates at
 /// `u64::MAX` when it does not fit. Defined for every `shift` in `i8`.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_user::paravirt::pvclock_scale_delta;
@@ -252,6 +259,7 @@ pub const HV_NS_PER_UNIT: u64 = 1_000_000_000 / HV_REFERENCE_HZ;
 /// Hyper-V reference time from a TSC value and the reference TSC page's
 /// `(scale, offset)`: `((tsc * scale) >> 64) + offset` in 100 ns units,
 /// wrapping as the TLFS arithmetic does (never overflows or panics).
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_user::paravirt::hv_scale_tsc;
@@ -266,6 +274,7 @@ pub const fn hv_scale_tsc(tsc: u64, scale: u64, offset: i64) -> u64 {
 
 /// Whether a reference TSC page `sequence` marks the page valid: neither 0
 /// (current TLFS and Linux) nor `0xFFFF_FFFF` (older TLFS text).
+/// Interrupt-safe: yes.
 #[inline(always)]
 pub const fn hv_sequence_valid(sequence: u32) -> bool {
     sequence != 0 && sequence != u32::MAX
@@ -273,6 +282,7 @@ pub const fn hv_sequence_valid(sequence: u32) -> bool {
 
 /// Whether a reference TSC page `scale` can describe a running clock
 /// (0 would stop it at `offset`).
+/// Interrupt-safe: yes.
 #[inline(always)]
 pub const fn hv_scale_valid(scale: u64) -> bool {
     scale != 0
@@ -281,6 +291,7 @@ pub const fn hv_scale_valid(scale: u64) -> bool {
 /// The TSC rate a reference TSC page `scale` implies, as an exact fraction
 /// `(numerator, denominator)` in Hz: `10^7 * 2^64 / scale`. `None` for a
 /// zero scale.
+/// Interrupt-safe: yes.
 pub const fn hv_tsc_hz_from_scale(scale: u64) -> Option<(u128, u128)> {
     if !hv_scale_valid(scale) {
         return None;
@@ -342,6 +353,7 @@ impl PvclockVcpuTimeInfo {
     /// the TSC value, so it cannot run before the TSC read either. Relaxed
     /// loads and explicit fences: the area may be a read-only mapping (a
     /// vDSO page), where Rust only guarantees relaxed loads.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn try_sample(&self, rdtsc: &mut impl FnMut() -> u64) -> Option<PvclockSample> {
         use Ordering::{Acquire, Relaxed};
@@ -438,6 +450,7 @@ impl HvReferenceTscPage {
     /// sequence loads, and the re-check's address depends on its value.
     /// Relaxed loads and explicit fences: the page may be mapped read-only
     /// (a user-space reader), where Rust only guarantees relaxed loads.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn try_sample(&self, rdtsc: &mut impl FnMut() -> u64) -> HvAttempt {
         use Ordering::{Acquire, Relaxed};

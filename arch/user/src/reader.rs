@@ -166,6 +166,7 @@ impl<'a> UserClock<'a> {
     /// Kernels use this to read their own page, and tests to read a page in
     /// the same address space; a process gets its window from the OS as an
     /// address and uses [`from_window`](Self::from_window).
+    /// Interrupt-safe: yes.
     pub fn new(
         page: &'a ClockPage,
         pvclock: &'a [PvclockVcpuTimeInfo],
@@ -188,6 +189,7 @@ impl<'a> UserClock<'a> {
     /// The view of the clock window the OS mapped at `base`: the clock page
     /// at `base`, and the hypervisor pages at the window pages its header
     /// names.
+    /// Interrupt-safe: yes.
     ///
     /// # Safety
     /// `base` is the address of a clock window the OS mapped readable into
@@ -237,26 +239,31 @@ impl<'a> UserClock<'a> {
     }
 
     /// The clock page.
+    /// Interrupt-safe: yes.
     pub fn page(&self) -> &'a ClockPage {
         self.page
     }
 
     /// How this view reads the TSC (from the header).
+    /// Interrupt-safe: yes.
     pub fn tsc_read(&self) -> TscRead {
         self.tsc
     }
 
     /// How many pvclock areas the window maps.
+    /// Interrupt-safe: yes.
     pub fn pvclock_len(&self) -> usize {
         self.pvclock.len()
     }
 
     /// Whether the window maps a Hyper-V reference TSC page.
+    /// Interrupt-safe: yes.
     pub fn has_hyperv(&self) -> bool {
         self.hyperv.is_some()
     }
 
     /// Nanoseconds on the kernel clock's timeline, or why to ask the kernel.
+    /// Interrupt-safe: yes.
     #[inline]
     pub fn now(&self) -> Result<u64, AskKernel> {
         let tsc = self.tsc;
@@ -265,6 +272,7 @@ impl<'a> UserClock<'a> {
     }
 
     /// Clock and wall time from one consistent state, and its source.
+    /// Interrupt-safe: yes.
     #[inline]
     pub fn read(&self) -> Result<Reading, AskKernel> {
         let tsc = self.tsc;
@@ -272,6 +280,7 @@ impl<'a> UserClock<'a> {
     }
 
     /// Unix time in ns, or why to ask the kernel.
+    /// Interrupt-safe: yes.
     pub fn unix_ns(&self) -> Result<u64, AskKernel> {
         self.read()?.unix_ns.ok_or(AskKernel::NoWallClock)
     }
@@ -279,6 +288,7 @@ impl<'a> UserClock<'a> {
     /// [`read`](Self::read) with a caller-supplied TSC: for simulators and
     /// tests (`rdtsc` must return the counter the page's states map, read
     /// in order).
+    /// Interrupt-safe: yes.
     pub fn read_with(&self, mut rdtsc: impl FnMut() -> u64) -> Result<Reading, AskKernel> {
         self.sample(&mut rdtsc, true).map(Raw::reading)
     }
@@ -420,6 +430,7 @@ impl<'a> UserClock<'a> {
 }
 
 /// The TSC mode's mapping: `high64(tsc * mul + add)`, 128-bit wrapping.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_user::tsc_map;
@@ -510,6 +521,7 @@ pub struct ClockReader<'a> {
 
 impl<'a> ClockReader<'a> {
     /// A handle on `clock` that has returned nothing yet.
+    /// Interrupt-safe: yes.
     pub const fn new(clock: UserClock<'a>) -> ClockReader<'a> {
         ClockReader {
             clock,
@@ -522,6 +534,7 @@ impl<'a> ClockReader<'a> {
     /// handle returned before; or why to ask the kernel (then pass the
     /// kernel's answer to [`observe`](Self::observe), or use
     /// [`now_or_else`](Self::now_or_else)).
+    /// Interrupt-safe: yes.
     #[inline]
     pub fn now(&mut self) -> Result<u64, AskKernel> {
         let tsc = self.clock.tsc;
@@ -540,6 +553,7 @@ impl<'a> ClockReader<'a> {
 
     /// [`now`](Self::now), or `syscall(why)` — the kernel's clock — when
     /// the page cannot answer; either way never less than before.
+    /// Interrupt-safe: yes.
     #[inline]
     pub fn now_or_else(&mut self, syscall: impl FnOnce(AskKernel) -> u64) -> u64 {
         match self.now() {
@@ -550,6 +564,7 @@ impl<'a> ClockReader<'a> {
 
     /// Folds a time obtained elsewhere (the kernel's answer) into the
     /// handle: returns `max(ns, last)` and remembers it.
+    /// Interrupt-safe: yes.
     pub fn observe(&mut self, ns: u64) -> u64 {
         if ns > self.last {
             self.last = ns;
@@ -558,11 +573,13 @@ impl<'a> ClockReader<'a> {
     }
 
     /// The last value returned (0 before the first).
+    /// Interrupt-safe: yes.
     pub fn last(&self) -> u64 {
         self.last
     }
 
     /// The view underneath.
+    /// Interrupt-safe: yes.
     pub fn clock(&self) -> UserClock<'a> {
         self.clock
     }

@@ -31,11 +31,13 @@ pub enum TscRead {
 
 impl TscRead {
     /// The page encoding of this method.
+    /// Interrupt-safe: yes.
     pub const fn code(self) -> u32 {
         self as u32
     }
 
     /// The method a page encoding names, `None` for an unknown code.
+    /// Interrupt-safe: yes.
     pub const fn from_code(code: u32) -> Option<TscRead> {
         match code {
             0 => Some(TscRead::LfenceRdtsc),
@@ -48,6 +50,7 @@ impl TscRead {
     /// What this CPU supports, chosen as Linux's `rdtsc_ordered` does:
     /// `rdtscp` where CPUID reports it, else `mfence; rdtsc` on AMD/Hygon,
     /// else `lfence; rdtsc`.
+    /// Interrupt-safe: yes.
     pub fn detect() -> TscRead {
         let vendor = cpuid(0);
         let amd =
@@ -66,6 +69,7 @@ impl TscRead {
     ///
     /// [`TscRead::Rdtscp`] on a CPU without RDTSCP raises #UD (the OS ends
     /// the process): use the method the clock page names, or [`detect`](Self::detect).
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn read(self) -> u64 {
         // `rdtscp` inline, tested alone (one compare on every read); the

@@ -48,6 +48,7 @@ impl PageSource {
     /// The TSC mapping that gives `clock_ns` at TSC value `tsc` and then
     /// advances `mul / 2^64` ns per tick (exactly: `tsc_map(tsc, mul, add)
     /// == clock_ns`).
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// use clockhal_user::{tsc_map, tsc_mul, PageSource};
@@ -66,6 +67,7 @@ impl PageSource {
 /// `num / den` Hz: `floor(10^9 · 2^64 · den / num)`, exact. `None` unless
 /// the rate is above 1 GHz (the TSC mode needs less than 1 ns per tick) and
 /// `den != 0`.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_user::tsc_mul;
@@ -155,6 +157,7 @@ impl<'a> ClockPageWriter<'a> {
     /// `pvclock` are the areas at `layout.pvclock_page` (as many as
     /// `layout.pvclock_areas`) and `hyperv` the page at
     /// `layout.hyperv_page`, in the kernel's own mapping.
+    /// Interrupt-safe: yes.
     pub fn new(
         page: &'a ClockPage,
         layout: WindowLayout,
@@ -201,6 +204,7 @@ impl<'a> ClockPageWriter<'a> {
     /// ([`AskReason::Misconfigured`]) instead, so no process keeps reading a
     /// mapping the kernel meant to replace; only [`PublishError::Busy`]
     /// leaves the page unchanged.
+    /// Interrupt-safe: yes.
     pub fn publish(&self, p: &Publication) -> Result<Published, PublishError> {
         let tsc = self.view.tsc_read();
         self.publish_with(p, || tsc.read())
@@ -209,6 +213,7 @@ impl<'a> ClockPageWriter<'a> {
     /// [`publish`](Self::publish) with a caller-supplied TSC (read after the
     /// sequence went odd): for simulators and tests whose states map a
     /// simulated counter.
+    /// Interrupt-safe: yes.
     pub fn publish_with(
         &self,
         p: &Publication,
@@ -226,6 +231,7 @@ impl<'a> ClockPageWriter<'a> {
     /// read after the kernel's last reading before the suspend may see
     /// its clock continue from the kernel's, a little below its own last
     /// reading.
+    /// Interrupt-safe: yes.
     pub fn publish_after_restore_with(
         &self,
         p: &Publication,
@@ -250,6 +256,7 @@ impl<'a> ClockPageWriter<'a> {
     /// ahead of a kernel reading taken after its own. Keep it open only
     /// that long: every user read meanwhile costs its retries and a system
     /// call. `Err(Busy)`: another update is open (nothing changed).
+    /// Interrupt-safe: yes.
     pub fn begin(&self, floor_ns: u64) -> Result<PageUpdate<'a>, PublishError> {
         let tsc = self.view.tsc_read();
         self.begin_with(floor_ns, || tsc.read())
@@ -257,6 +264,7 @@ impl<'a> ClockPageWriter<'a> {
 
     /// [`begin`](Self::begin) with a caller-supplied TSC (read after the
     /// sequence went odd), as [`publish_with`](Self::publish_with).
+    /// Interrupt-safe: yes.
     pub fn begin_with(
         &self,
         floor_ns: u64,
@@ -269,6 +277,7 @@ impl<'a> ClockPageWriter<'a> {
     /// the replaced state is not read (see
     /// [`publish_after_restore_with`](Self::publish_after_restore_with)),
     /// the floor is `max(old floor, floor_ns)`.
+    /// Interrupt-safe: yes.
     pub fn begin_after_restore(&self, floor_ns: u64) -> Result<PageUpdate<'a>, PublishError> {
         self.open(floor_ns, || 0, false)
     }
@@ -326,6 +335,7 @@ impl<'a> ClockPageWriter<'a> {
 
     /// The kernel's own reading of the page (what a user program in the
     /// same state reads).
+    /// Interrupt-safe: yes.
     pub fn view(&self) -> UserClock<'a> {
         self.view
     }
@@ -358,6 +368,7 @@ impl PageUpdate<'_> {
     /// reading when the update was opened — above every reading any
     /// reader took from the replaced state. A kernel clock that must never
     /// be behind its user programs raises its own floor to this.
+    /// Interrupt-safe: yes.
     pub fn floor_ns(&self) -> u64 {
         self.floor
     }
@@ -367,6 +378,7 @@ impl PageUpdate<'_> {
     /// replaced state is not read again (that was done when the update was
     /// opened). An invalid `p` publishes "ask the kernel"
     /// ([`AskReason::Misconfigured`]) and returns its error.
+    /// Interrupt-safe: yes.
     pub fn publish(mut self, p: &Publication) -> Result<Published, PublishError> {
         let outcome = self.writer.check(p.source);
         let source = match outcome {
@@ -379,6 +391,7 @@ impl PageUpdate<'_> {
 
     /// Closes the page with its old state unchanged (under the raised
     /// floor): what dropping the update does.
+    /// Interrupt-safe: yes.
     pub fn cancel(mut self) -> Published {
         self.close(None)
     }

@@ -690,6 +690,7 @@ fn pm_timer_info(f: &Fadt) -> Result<PmTimerInfo, AcpiError> {
 /// Errors in the RSDP or root table fail the whole call; a missing or bad
 /// HPET or FADT only fails the fields of [`AcpiClocks`] that depend on it
 /// (a bad FADT fails both `pm_timer` and `rtc`, with the same error).
+/// Interrupt-safe: no (one-time walk of firmware tables).
 pub fn discover(mem: &impl PhysMemory, rsdp: u64) -> Result<AcpiClocks, AcpiError> {
     let root = root(mem, rsdp)?;
     let fadt = read_fadt(mem, &root);
@@ -769,6 +770,7 @@ pub struct AcpiTable {
 /// the XSDT or RSDT that the RSDP at `rsdp` names, with the same checks as
 /// [`discover`] (checksums, lengths, bounded entry walk). For an OS's own
 /// tables; clockhal itself only needs [`discover`].
+/// Interrupt-safe: yes.
 pub fn find_table(
     mem: &impl PhysMemory,
     rsdp: u64,

@@ -48,6 +48,7 @@ pub enum NmiBit {
 /// `None` without touching the hardware when `index` is 0x80 or above (not
 /// addressable through port 0x70: bit 7 is the NMI bit) or is
 /// [`STATUS_C`].
+/// Interrupt-safe: no (CMOS index/data pairs: not atomic).
 pub fn read(hw: &impl Hardware, index: u8, nmi: NmiBit) -> Option<u8> {
     if index >= 0x80 || index == STATUS_C {
         return None;

@@ -47,6 +47,7 @@ pub enum Vendor {
 }
 
 /// The CPU vendor from leaf 0.
+/// Interrupt-safe: yes.
 pub fn vendor<H: Hardware>(hw: &H) -> Vendor {
     match cpuid_of(hw).get_vendor_info().as_ref().map(|v| v.as_str()) {
         Some("GenuineIntel") => Vendor::Intel,
@@ -57,6 +58,7 @@ pub fn vendor<H: Hardware>(hw: &H) -> Vendor {
 }
 
 /// CPUID.1:ECX bit 31: running under a hypervisor.
+/// Interrupt-safe: yes.
 pub fn hypervisor_present<H: Hardware>(hw: &H) -> bool {
     hw.cpuid(1, 0).ecx & (1 << 31) != 0
 }
@@ -65,6 +67,7 @@ pub fn hypervisor_present<H: Hardware>(hw: &H) -> bool {
 /// range reaches it and the leaf is implemented (non-zero EBX), else the
 /// initial APIC ID, CPUID.1:EBX bits 31:24. It tells CPUs apart where the OS's
 /// CPU index cannot be trusted (two CPUs reporting the same index).
+/// Interrupt-safe: yes.
 pub fn apic_id<H: Hardware>(hw: &H) -> u32 {
     let max = hw.cpuid(0, 0).eax;
     if max >= 0xB {
@@ -78,11 +81,13 @@ pub fn apic_id<H: Hardware>(hw: &H) -> u32 {
 
 /// Whether the `IA32_TSC_ADJUST` MSR exists (CPUID.(EAX=7,ECX=0):EBX bit
 /// 1), checking the maximum basic leaf first.
+/// Interrupt-safe: yes.
 pub fn has_tsc_adjust<H: Hardware>(hw: &H) -> bool {
     hw.cpuid(0, 0).eax >= 7 && hw.cpuid(7, 0).ebx & (1 << 1) != 0
 }
 
 /// Whether `rdtscp` exists (CPUID 0x80000001 EDX bit 27).
+/// Interrupt-safe: yes.
 pub fn has_rdtscp<H: Hardware>(hw: &H) -> bool {
     cpuid_of(hw)
         .get_extended_processor_and_feature_identifiers()
@@ -92,6 +97,7 @@ pub fn has_rdtscp<H: Hardware>(hw: &H) -> bool {
 /// Invariant TSC (CPUID 0x80000007 EDX bit 8), checking the maximum extended
 /// leaf first. Inside a VM this is the hypervisor's claim: it means the
 /// rate will not change on this host, not that it survives migration.
+/// Interrupt-safe: yes.
 pub fn invariant_tsc<H: Hardware>(hw: &H) -> bool {
     cpuid_of(hw)
         .get_advanced_power_mgmt_info()
@@ -119,6 +125,7 @@ impl TscLeaf {
     /// ECX, the core crystal clock in Hz, when enumerated and within
     /// [`PLAUSIBLE_CRYSTAL_HZ`]. (On Intel parts that enumerate the ratio,
     /// the local APIC timer runs at this rate too.)
+    /// Interrupt-safe: yes.
     ///
     /// ```
     /// use clockhal_x86::cpuid::tsc_leaf;
@@ -131,6 +138,7 @@ impl TscLeaf {
 
     /// The exact TSC rate as `(numerator, denominator)` in Hz, only when all
     /// three values are non-zero.
+    /// Interrupt-safe: yes.
     pub fn tsc_hz_ratio(&self) -> Option<(u128, u128)> {
         if self.denominator == 0 || self.numerator == 0 || self.crystal_hz == 0 {
             return None;
@@ -144,6 +152,7 @@ impl TscLeaf {
 
 /// Leaf 0x15 when the CPU enumerates it (values may be zero: see
 /// [`TscLeaf::tsc_hz_ratio`]).
+/// Interrupt-safe: yes.
 pub fn tsc_leaf<H: Hardware>(hw: &H) -> Option<TscLeaf> {
     let max = hw.cpuid(0, 0).eax;
     if max < 0x15 {
@@ -158,6 +167,7 @@ pub fn tsc_leaf<H: Hardware>(hw: &H) -> Option<TscLeaf> {
 }
 
 /// Leaf 0x16 base frequency in MHz: a hint, never the TSC rate.
+/// Interrupt-safe: yes.
 pub fn base_mhz<H: Hardware>(hw: &H) -> Option<u16> {
     cpuid_of(hw)
         .get_processor_frequency_info()
@@ -177,6 +187,7 @@ pub struct HypervisorRange {
 
 impl HypervisorRange {
     /// `cpuid(base + offset)` if that leaf is within the range, else `None`.
+    /// Interrupt-safe: yes.
     pub fn leaf<H: Hardware>(&self, hw: &H, offset: u32) -> Option<CpuidResult> {
         let leaf = self.base.checked_add(offset)?;
         (leaf <= self.max_leaf).then(|| hw.cpuid(leaf, 0))
@@ -191,6 +202,7 @@ pub const HYPERV_SIGNATURE: &[u8; 12] = b"Microsoft Hv";
 /// Scans bases 0x40000000..=0x4000FF00 (step 0x100) for `signature`.
 /// Only when CPUID.1 reports a hypervisor. A range whose reported maximum is
 /// below its base is taken to hold only `base + 1` (old KVM reported 0).
+/// Interrupt-safe: yes.
 pub fn find_hypervisor<H: Hardware>(hw: &H, signature: &[u8; 12]) -> Option<HypervisorRange> {
     if !hypervisor_present(hw) {
         return None;
@@ -233,6 +245,7 @@ bitflags::bitflags! {
 }
 
 /// KVM's range and feature bits, if KVM is present.
+/// Interrupt-safe: yes.
 pub fn kvm<H: Hardware>(hw: &H) -> Option<(HypervisorRange, KvmFeatures)> {
     let range = find_hypervisor(hw, KVM_SIGNATURE)?;
     let eax = range.leaf(hw, 1).map_or(0, |r| r.eax);
@@ -251,18 +264,22 @@ pub struct HypervFeatures {
 
 impl HypervFeatures {
     /// EAX bit 1: TIME_REF_COUNT MSR.
+    /// Interrupt-safe: yes.
     pub fn time_ref_count(&self) -> bool {
         self.eax & (1 << 1) != 0
     }
     /// EAX bit 9: reference TSC page.
+    /// Interrupt-safe: yes.
     pub fn reference_tsc(&self) -> bool {
         self.eax & (1 << 9) != 0
     }
     /// EAX bit 11 and EDX bit 8 (Linux requires both): frequency MSRs.
+    /// Interrupt-safe: yes.
     pub fn frequency_msrs(&self) -> bool {
         self.eax & (1 << 11) != 0 && self.edx & (1 << 8) != 0
     }
     /// EAX bit 15: TSC-invariance controls.
+    /// Interrupt-safe: yes.
     pub fn tsc_invariant_controls(&self) -> bool {
         self.eax & (1 << 15) != 0
     }
@@ -270,6 +287,7 @@ impl HypervFeatures {
 
 /// Hyper-V: signature at a scanned base, interface "Hv#1" at base+1, and the
 /// feature words at base+3. `None` if any is missing.
+/// Interrupt-safe: yes.
 pub fn hyperv<H: Hardware>(hw: &H) -> Option<(HypervisorRange, HypervFeatures)> {
     let range = find_hypervisor(hw, HYPERV_SIGNATURE)?;
     let iface = range.leaf(hw, 1)?;
@@ -299,6 +317,7 @@ pub struct TimingLeaf {
 
 /// The timing leaf of `range`, only if the range reaches base+0x10 and the
 /// TSC kHz is non-zero.
+/// Interrupt-safe: yes.
 pub fn timing_leaf<H: Hardware>(hw: &H, range: &HypervisorRange) -> Option<TimingLeaf> {
     let r = range.leaf(hw, 0x10)?;
     (r.eax != 0).then_some(TimingLeaf {
@@ -310,6 +329,7 @@ pub fn timing_leaf<H: Hardware>(hw: &H, range: &HypervisorRange) -> Option<Timin
 /// The timing leaves a guest may believe, in order: the first hypervisor
 /// range's, then KVM's when another hypervisor (Hyper-V) owns the first;
 /// never reading above a range's maximum.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_sim::SimMachine;
@@ -330,6 +350,7 @@ pub fn timing_leaves<H: Hardware>(hw: &H) -> impl Iterator<Item = TimingLeaf> + 
 
 /// The first hypervisor range found at 0x40000000 regardless of signature
 /// (for the timing leaf, which is not KVM-specific).
+/// Interrupt-safe: yes.
 pub fn first_hypervisor_range<H: Hardware>(hw: &H) -> Option<HypervisorRange> {
     if !hypervisor_present(hw) {
         return None;

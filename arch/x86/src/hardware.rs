@@ -56,11 +56,13 @@ impl Msr {
     pub const IA32_TSC_AUX: Msr = Msr(0xC000_0103);
 
     /// Any MSR by number.
+    /// Interrupt-safe: yes.
     pub const fn new(number: u32) -> Msr {
         Msr(number)
     }
 
     /// The MSR's number (ECX for rdmsr/wrmsr).
+    /// Interrupt-safe: yes.
     pub const fn number(self) -> u32 {
         self.0
     }
@@ -89,6 +91,7 @@ impl MmioRegion {
     /// `None` when `base` is not 8-byte aligned (every register access must
     /// be naturally aligned, including 64-bit ones), `len` is 0, or
     /// `base + len` overflows.
+    /// Interrupt-safe: yes.
     ///
     /// # Safety
     /// For as long as any copy of the region is used: `base..base + len` must
@@ -110,6 +113,7 @@ impl MmioRegion {
     /// device's (fake) physical address. Safe, because real hardware access
     /// ([`Native`](crate::Native)) refuses simulated regions (reads return
     /// all ones, writes are dropped) and never dereferences them.
+    /// Interrupt-safe: yes.
     pub const fn simulated(base: usize, len: usize) -> MmioRegion {
         MmioRegion {
             base,
@@ -119,27 +123,32 @@ impl MmioRegion {
     }
 
     /// Start address.
+    /// Interrupt-safe: yes.
     pub const fn base(&self) -> usize {
         self.base
     }
 
     /// Length in bytes.
+    /// Interrupt-safe: yes.
     pub const fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the region is empty.
+    /// Interrupt-safe: yes.
     pub const fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Whether it was made by [`MmioRegion::simulated`].
+    /// Interrupt-safe: yes.
     pub const fn is_simulated(&self) -> bool {
         self.simulated
     }
 
     /// Whether an access of `size` bytes (1, 2, 4 or 8) at `offset` is in
     /// bounds and naturally aligned. `false` for any other size.
+    /// Interrupt-safe: yes.
     pub const fn contains(&self, offset: usize, size: usize) -> bool {
         matches!(size, 1 | 2 | 4 | 8)
             && offset % size == 0
@@ -161,6 +170,7 @@ impl MmioRegion {
 /// all ones and writes are dropped, like a PCI master abort: never UB.
 pub trait Hardware: Sync {
     /// `rdtsc`: may execute before earlier loads retire.
+    /// Interrupt-safe: yes (NMI too).
     fn rdtsc(&self) -> u64;
     /// The TSC read after every earlier instruction has executed and every
     /// earlier load is done, and after every earlier memory access in
@@ -170,18 +180,23 @@ pub trait Hardware: Sync {
     /// else `lfence; rdtsc` (Intel, and AMD with a dispatch-serialising
     /// LFENCE) or `mfence; rdtsc`. Later instructions may still start
     /// before the TSC is read.
+    /// Interrupt-safe: yes (NMI too).
     fn rdtsc_ordered(&self) -> u64;
     /// `rdtscp`: TSC and `IA32_TSC_AUX`. Only when CPUID says RDTSCP exists
     /// ([`cpuid::has_rdtscp`](crate::cpuid::has_rdtscp)); otherwise #UD.
+    /// Interrupt-safe: yes (NMI too).
     fn rdtscp(&self) -> (u64, u32);
     /// `cpuid` with EAX = `leaf`, ECX = `subleaf`.
+    /// Interrupt-safe: yes.
     fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuidResult;
     /// `rdmsr`. Only MSRs that CPUID promises (absent ones #GP, or read 0
     /// under QEMU TCG).
+    /// Interrupt-safe: yes.
     fn rdmsr(&self, msr: Msr) -> u64;
     /// `rdmsr` that reports a #GP as `None` instead of faulting. The default
     /// cannot recover and returns `None` without executing anything; an OS
     /// with a #GP fixup overrides it.
+    /// Interrupt-safe: yes.
     fn try_rdmsr(&self, msr: Msr) -> Option<u64> {
         let _ = msr;
         None
@@ -190,10 +205,12 @@ pub trait Hardware: Sync {
     /// recovers from a #GP (an OS with a fault fixup, the simulator). The
     /// default, `false`, means `try_rdmsr` tests nothing; clockhal then
     /// reads MSRs that CPUID promises with plain `rdmsr` ([`rdmsr_checked`](crate::rdmsr_checked)).
+    /// Interrupt-safe: yes.
     fn recovers_msr_faults(&self) -> bool {
         false
     }
     /// `wrmsr`.
+    /// Interrupt-safe: yes.
     ///
     /// # Safety
     /// The write must not violate the OS's invariants. In particular, a value
@@ -203,8 +220,10 @@ pub trait Hardware: Sync {
     unsafe fn wrmsr(&self, msr: Msr, value: u64);
     /// 8-bit port read (`in al, dx`): the PIT's counters and status, the
     /// CMOS RTC's data port. Only ports the OS or firmware tables name.
+    /// Interrupt-safe: yes.
     fn inb(&self, port: u16) -> u8;
     /// 8-bit port write (`out dx, al`): PIT commands, the CMOS RTC's index.
+    /// Interrupt-safe: yes.
     ///
     /// # Safety
     /// The write must not violate the OS's invariants: the port belongs to
@@ -215,14 +234,19 @@ pub trait Hardware: Sync {
     /// [`cmos`](crate::cmos)).
     unsafe fn outb(&self, port: u16, value: u8);
     /// 32-bit port read (`in eax, dx`).
+    /// Interrupt-safe: yes.
     fn inl(&self, port: u16) -> u32;
     /// 32-bit MMIO load at `region.base() + offset`.
+    /// Interrupt-safe: yes.
     fn mmio_read32(&self, region: MmioRegion, offset: usize) -> u32;
     /// 64-bit MMIO load (one instruction: never split into halves).
+    /// Interrupt-safe: yes.
     fn mmio_read64(&self, region: MmioRegion, offset: usize) -> u64;
     /// 32-bit MMIO store.
+    /// Interrupt-safe: yes.
     fn mmio_write32(&self, region: MmioRegion, offset: usize, value: u32);
     /// 64-bit MMIO store.
+    /// Interrupt-safe: yes.
     fn mmio_write64(&self, region: MmioRegion, offset: usize, value: u64);
     /// Index of the CPU executing this call, `0..cpu_count`. The default is
     /// `0` (single-CPU OS); SMP kernels override it: per-CPU pvclock areas
@@ -230,6 +254,7 @@ pub trait Hardware: Sync {
     /// calling CPU for the whole of a clock read (interrupts may run in
     /// between; a migration to another CPU may not), so two CPUs never use
     /// the same index at the same time.
+    /// Interrupt-safe: yes (NMI too; an implementation must not lock).
     fn cpu_index(&self) -> usize {
         0
     }
@@ -240,6 +265,7 @@ pub trait Hardware: Sync {
     /// confirms after the TSC read that the index did not change, so an OS
     /// that migrates a thread mid-read (against the contract above) gets a
     /// retry or a held value, never another CPU's state.
+    /// Interrupt-safe: yes (NMI too).
     #[inline(always)]
     fn cpu_index_is_fixed(&self) -> bool {
         false
@@ -254,6 +280,7 @@ pub trait Hardware: Sync {
     /// `cpu_index` is truthful lets [`Native`](crate::Native) use an
     /// unlocked `cmpxchg` instead ([`cpu_local_max`](crate::cpu_local_max):
     /// interrupt-atomic, a fifth of the cost).
+    /// Interrupt-safe: yes (NMI too: must be atomic with them).
     #[inline(always)]
     fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
         cell.fetch_max(value, Ordering::AcqRel).max(value)
@@ -262,6 +289,7 @@ pub trait Hardware: Sync {
     /// result at a time (see `clockhal::probe`): the default is one flag
     /// for the whole program, right for every real machine; a simulator
     /// has one per simulated machine.
+    /// Interrupt-safe: yes.
     fn clock_lease(&self) -> &AtomicBool {
         static LEASE: AtomicBool = AtomicBool::new(false);
         &LEASE
@@ -272,6 +300,7 @@ pub trait Hardware: Sync {
     /// whole program, right for every real machine (a `static`, so the
     /// clock objects stay small and a kernel's boot stack need not hold
     /// them); a simulator has one per simulated machine.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     fn slot_pool(&self) -> &SlotPool {
         static POOL: SlotPool = SlotPool::new();
@@ -281,6 +310,7 @@ pub trait Hardware: Sync {
     /// and MMIO regions ([`PhysMapped::simulated`](crate::paravirt::PhysMapped::simulated),
     /// [`MmioRegion::simulated`]). Real hardware returns `false` (the
     /// default) and refuses them.
+    /// Interrupt-safe: yes.
     fn is_simulated(&self) -> bool {
         false
     }
@@ -379,6 +409,7 @@ impl<T: Hardware + ?Sized> Hardware for &T {
 /// hypervisor's CPUID lied), where the OS can tell
 /// ([`Hardware::recovers_msr_faults`]); elsewhere a plain `rdmsr`, which
 /// trusts the promise as every OS must without a fault fixup.
+/// Interrupt-safe: yes.
 pub fn rdmsr_checked<H: Hardware + ?Sized>(hw: &H, msr: Msr) -> Option<u64> {
     if hw.recovers_msr_faults() {
         hw.try_rdmsr(msr)

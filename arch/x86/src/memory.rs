@@ -9,6 +9,7 @@ pub trait PhysMemory {
     /// Copies `buf.len()` bytes starting at physical address `phys` into
     /// `buf`. Returns `false` (leaving `buf` unspecified) if any byte is not
     /// readable.
+    /// Interrupt-safe: yes.
     fn read(&self, phys: u64, buf: &mut [u8]) -> bool;
 }
 
@@ -27,6 +28,7 @@ pub struct OffsetMapping {
 
 impl OffsetMapping {
     /// Physical addresses `0..limit` are readable at `phys + offset`.
+    /// Interrupt-safe: yes.
     ///
     /// # Safety
     /// For as long as the mapping is used, every physical address below
@@ -68,6 +70,7 @@ pub struct SliceMemory<'a> {
 
 impl<'a> SliceMemory<'a> {
     /// `bytes[i]` is physical address `base + i`.
+    /// Interrupt-safe: yes.
     pub const fn new(base: u64, bytes: &'a [u8]) -> Self {
         SliceMemory { base, bytes }
     }

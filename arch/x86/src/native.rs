@@ -59,6 +59,7 @@ impl Native {
     /// current CPUs), else `mfence; rdtsc` on AMD/Hygon (LFENCE is only
     /// dispatch-serialising there when the OS set `DE_CFG[1]`), else
     /// `lfence; rdtsc`.
+    /// Interrupt-safe: yes.
     ///
     /// # Safety
     /// The caller runs at CPL0 and allows clockhal to read the TSC, CPUID,
@@ -101,6 +102,7 @@ impl Native {
     /// ignored — and neither are ports (all ones, writes ignored): in user
     /// space those instructions would only raise #GP. Sound without
     /// `unsafe`; MMIO needs an [`MmioRegion`], whose constructor is unsafe.
+    /// Interrupt-safe: yes.
     #[cfg(feature = "std")]
     pub fn hosted() -> Native {
         // SAFETY: user space cannot break CPL0 invariants, and this token
@@ -112,6 +114,7 @@ impl Native {
 
     /// The same token for an OS that runs on one CPU (or keeps clockhal to
     /// one): per-CPU state is updated without locks.
+    /// Interrupt-safe: yes.
     pub const fn single_cpu(self) -> Native {
         Native {
             cpu: CpuIndex::Single,
@@ -125,6 +128,7 @@ impl Native {
     /// migration may not). Per-CPU pvclock areas and clockhal's per-CPU read
     /// state are indexed by it, and updated without locks. A wrong `f`
     /// cannot cause undefined behaviour, only wrong or non-monotonic time.
+    /// Interrupt-safe: yes.
     pub const fn with_cpu_index(self, f: fn() -> usize) -> Native {
         Native {
             cpu: CpuIndex::Fn(f),
@@ -295,6 +299,7 @@ impl Hardware for Native {
 /// could then step back by the difference of the two values); that is a
 /// logic error, never undefined behaviour: each of the instruction's load
 /// and store is a single-copy-atomic aligned 8-byte access.
+/// Interrupt-safe: yes (NMI too: one cmpxchg).
 #[inline(always)]
 pub fn cpu_local_max(cell: &AtomicU64, value: u64) -> u64 {
     let mut current = cell.load(Ordering::Relaxed);

@@ -54,6 +54,7 @@ impl OffsetMapping {
     /// Physical addresses below `limit` are readable at `offset + phys`
     /// (bootloader_api's `physical_memory_offset`, limited to the end of the
     /// memory map).
+    /// Interrupt-safe: yes.
     ///
     /// # Safety
     /// As for [`OffsetMapping::new`]: every physical address below `limit`
@@ -123,6 +124,7 @@ impl<T: ?Sized> PhysMapped<T> {
     /// Pairs `virt` with the physical address `table` maps it to, checking
     /// every page it covers: memory that is not one physically contiguous
     /// run is refused, not given a wrong address.
+    /// Interrupt-safe: yes.
     ///
     /// # Safety
     /// `table` describes the address space the CPU that registers the
@@ -202,6 +204,7 @@ impl core::error::Error for MapMmioError {}
 /// maps the registers elsewhere. No TLB flush is needed
 /// or issued: the pages were not present, and x86 caches no translation for
 /// a page that is not present.
+/// Interrupt-safe: no (edits page tables).
 ///
 /// # Safety
 /// `mapper` is the active address space (or one the OS switches to before

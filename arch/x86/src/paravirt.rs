@@ -11,7 +11,7 @@
 //!
 //! Also here, shared by the paravirtual backends: the ABIs' arithmetic
 //! ([`pvclock_scale_delta`], [`pvclock_tsc_hz_ratio`], [`hv_scale_tsc`], ...).
-//! The never-backwards filter they share is `clockhal_core::MonotonicGuard`.
+//! The never-backwards clamp they share is `clockhal_core::MonotonicClamp`.
 
 use crate::{rdmsr_checked, Hardware, Msr};
 
@@ -50,6 +50,7 @@ impl PvclockPage {
 
     const_fn! {
         /// A zeroed page.
+        /// Interrupt-safe: yes.
         pub fn new() -> PvclockPage {
             PvclockPage {
                 areas: array![PvclockVcpuTimeInfo::new(); PvclockPage::AREAS],
@@ -81,6 +82,7 @@ impl Default for PvclockPage {
 impl PhysMapped<PvclockPage> {
     /// The page's areas, each at its exact physical address (the page is
     /// one frame).
+    /// Interrupt-safe: yes.
     pub fn areas(&self) -> PhysMapped<[PvclockVcpuTimeInfo]> {
         PhysMapped {
             virt: &self.virt.areas[..],
@@ -106,6 +108,7 @@ pub struct PvclockWallClock {
 impl PvclockWallClock {
     const_fn! {
         /// A zeroed structure.
+        /// Interrupt-safe: yes.
         pub fn new() -> Self {
             PvclockWallClock {
                 version: AtomicU32::new(0),
@@ -136,6 +139,7 @@ impl<T: ?Sized> Copy for PhysMapped<T> {}
 
 impl<T: ?Sized> PhysMapped<T> {
     /// Pairs memory with its guest-physical address.
+    /// Interrupt-safe: yes.
     ///
     /// # Safety
     /// `phys` is the guest-physical address of `*virt` (physically
@@ -154,6 +158,7 @@ impl<T: ?Sized> PhysMapped<T> {
     /// address. Safe: the registration helpers in this module refuse it on
     /// hardware that is not a simulator ([`Hardware::is_simulated`]), so a
     /// fake address never reaches a real hypervisor.
+    /// Interrupt-safe: yes.
     pub const fn simulated(virt: &'static T, phys: u64) -> Self {
         PhysMapped {
             virt,
@@ -163,16 +168,19 @@ impl<T: ?Sized> PhysMapped<T> {
     }
 
     /// Whether it was made by [`PhysMapped::simulated`].
+    /// Interrupt-safe: yes.
     pub const fn is_simulated(&self) -> bool {
         self.simulated
     }
 
     /// The memory.
+    /// Interrupt-safe: yes.
     pub const fn get(&self) -> &'static T {
         self.virt
     }
 
     /// Its guest-physical address.
+    /// Interrupt-safe: yes.
     pub const fn phys(&self) -> u64 {
         self.phys
     }
@@ -180,6 +188,7 @@ impl<T: ?Sized> PhysMapped<T> {
 
 impl<T> PhysMapped<[T]> {
     /// Element `i` with its own physical address, or `None` out of range.
+    /// Interrupt-safe: yes.
     pub fn element(&self, i: usize) -> Option<PhysMapped<T>> {
         let virt = self.virt.get(i)?;
         let offset = (i as u64).checked_mul(core::mem::size_of::<T>() as u64)?;
@@ -191,11 +200,13 @@ impl<T> PhysMapped<[T]> {
     }
 
     /// Number of elements.
+    /// Interrupt-safe: yes.
     pub fn len(&self) -> usize {
         self.virt.len()
     }
 
     /// Whether there are none.
+    /// Interrupt-safe: yes.
     pub fn is_empty(&self) -> bool {
         self.virt.is_empty()
     }
@@ -243,6 +254,7 @@ fn check_backing<H: Hardware, T: ?Sized>(hw: &H, mem: &PhysMapped<T>) -> Result<
 /// Registers a pvclock area for the calling vCPU with `msr`
 /// ([`Msr::KVM_SYSTEM_TIME_NEW`] or [`Msr::KVM_SYSTEM_TIME`]): writes
 /// `phys | 1`. Call on the vCPU that will read the area.
+/// Interrupt-safe: yes.
 pub fn kvm_register_system_time<H: Hardware>(
     hw: &H,
     msr: Msr,
@@ -262,6 +274,7 @@ pub fn kvm_register_system_time<H: Hardware>(
 }
 
 /// Stops the host from updating the calling vCPU's pvclock area (writes 0).
+/// Interrupt-safe: yes.
 pub fn kvm_unregister_system_time<H: Hardware>(hw: &H, msr: Msr) -> Result<(), RegisterError> {
     if msr != Msr::KVM_SYSTEM_TIME_NEW && msr != Msr::KVM_SYSTEM_TIME {
         return Err(RegisterError::WrongMsr);
@@ -273,6 +286,7 @@ pub fn kvm_unregister_system_time<H: Hardware>(hw: &H, msr: Msr) -> Result<(), R
 
 /// Asks KVM to (re)write the wall clock into `wall` ([`Msr::KVM_WALL_CLOCK_NEW`]
 /// or [`Msr::KVM_WALL_CLOCK`]). The structure is written once per call.
+/// Interrupt-safe: yes.
 pub fn kvm_request_wall_clock<H: Hardware>(
     hw: &H,
     msr: Msr,
@@ -292,6 +306,7 @@ pub fn kvm_request_wall_clock<H: Hardware>(
 
 /// Sets the Hyper-V guest OS identity (must be non-zero before the reference
 /// TSC MSR may be used).
+/// Interrupt-safe: yes.
 pub fn hv_set_guest_os_id<H: Hardware>(hw: &H, id: u64) {
     // SAFETY: the guest OS ID is an identification value; writing it hands
     // over no memory and changes no guest state.
@@ -300,6 +315,7 @@ pub fn hv_set_guest_os_id<H: Hardware>(hw: &H, id: u64) {
 
 /// Enables the Hyper-V reference TSC page at `page`, preserving the MSR's
 /// reserved bits 11:1 as the TLFS requires.
+/// Interrupt-safe: yes.
 pub fn hv_enable_reference_tsc<H: Hardware>(
     hw: &H,
     page: PhysMapped<HvReferenceTscPage>,
@@ -317,6 +333,7 @@ pub fn hv_enable_reference_tsc<H: Hardware>(
 /// Disables the reference TSC page (keeps reserved bits). Does nothing
 /// where reading the MSR raised #GP (a partition that withdrew it has no
 /// page to disable).
+/// Interrupt-safe: yes.
 pub fn hv_disable_reference_tsc<H: Hardware>(hw: &H) {
     let Some(current) = rdmsr_checked(hw, Msr::HV_REFERENCE_TSC) else {
         return;

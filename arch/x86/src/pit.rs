@@ -51,6 +51,7 @@ pub const LATCH_CH2: u8 = 0b1000_0000;
 ///
 /// Restarting is harmless (the counter starts over). Writes to absent ports
 /// are dropped by the bus, and an absent PIT then reads 0xFFFF.
+/// Interrupt-safe: no (latch and two byte reads: not atomic).
 pub fn start_channel2(hw: &impl Hardware) {
     let port_b = hw.inb(PORT_B);
     let port_b = (port_b & !PORT_B_SPEAKER_DATA) | PORT_B_GATE2;
@@ -71,6 +72,7 @@ pub fn start_channel2(hw: &impl Hardware) {
 ///
 /// Callers serialise this across CPUs (the latch and the LSB/MSB flip-flop
 /// are shared device state); clockhal's PIT backend does.
+/// Interrupt-safe: no (latch and two byte reads: not atomic).
 #[inline]
 pub fn read_channel2(hw: &impl Hardware) -> u16 {
     // SAFETY: a counter latch command for channel 2 only copies its count
@@ -85,6 +87,7 @@ pub fn read_channel2(hw: &impl Hardware) -> u16 {
 /// Port 0x61 as read: [`PORT_B_GATE2`], [`PORT_B_SPEAKER_DATA`],
 /// [`PORT_B_OUT2`]. Reads 0xFF where nothing decodes the port (QEMU
 /// microvm has no port 0x61).
+/// Interrupt-safe: no (latch and two byte reads: not atomic).
 pub fn port_b(hw: &impl Hardware) -> u8 {
     hw.inb(PORT_B)
 }

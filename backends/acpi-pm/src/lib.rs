@@ -84,6 +84,7 @@ impl<H: Hardware> AcpiPm<H> {
     /// 24-bit timer would make a 32-bit reading hold for ever at its first
     /// wrap. The cost is the shorter read interval (2.3 s,
     /// [`max_read_interval`](ClockSource::max_read_interval)).
+    /// Interrupt-safe: no (one-time probe: busy-waits for ms).
     pub fn probe(
         hw: H,
         port: u16,
@@ -126,6 +127,7 @@ impl<H: Hardware> AcpiPm<H> {
     /// After a resume: the counter may have been reset. Restarts the
     /// software extension at its current value (the timeline restarts; a
     /// `Clock` on top rebases its own and keeps advancing).
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn resume(&self) {
         self.restart();
     }
@@ -142,21 +144,25 @@ impl<H: Hardware> AcpiPm<H> {
     }
 
     /// The read mode the latch test chose.
+    /// Interrupt-safe: yes.
     pub fn mode(&self) -> PmMode {
         self.mode
     }
 
     /// The I/O port.
+    /// Interrupt-safe: yes.
     pub fn port(&self) -> u16 {
         self.port
     }
 
     /// Counter width as read: 24 (see [`probe`](Self::probe)).
+    /// Interrupt-safe: yes.
     pub fn bits(&self) -> u32 {
         self.mask.count_ones()
     }
 
     /// The hardware handle.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }

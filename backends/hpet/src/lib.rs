@@ -84,6 +84,7 @@ impl<H: Hardware> Hpet<H> {
     /// found) and checks that it advances within a bounded number of reads.
     /// `policy` is accepted for symmetry with the other backends; the HPET
     /// has no policy-dependent choices.
+    /// Interrupt-safe: no (one-time probe: busy-waits for ms).
     pub fn probe(hw: H, region: MmioRegion, policy: &Policy) -> Result<Hpet<H>, HpetError> {
         let _ = policy;
         if region.len() < reg::MAIN_COUNTER + 8 {
@@ -129,27 +130,32 @@ impl<H: Hardware> Hpet<H> {
     /// or reset the counter. Re-enables it and restarts the software
     /// extension at its current value (the counter's timeline restarts; a
     /// `Clock` on top rebases its own and keeps advancing).
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn resume(&self) {
         enable(&self.hw, self.region);
         self.ext.reset(counter(&self.hw, self.region, self.wide));
     }
 
     /// Counter period in femtoseconds, as the device reports it.
+    /// Interrupt-safe: yes.
     pub fn period_fs(&self) -> u32 {
         self.period_fs
     }
 
     /// Whether the main counter is 64 bits wide (else 32, extended).
+    /// Interrupt-safe: yes.
     pub fn counter_64bit(&self) -> bool {
         self.wide
     }
 
     /// The register block.
+    /// Interrupt-safe: yes.
     pub fn region(&self) -> MmioRegion {
         self.region
     }
 
     /// The hardware handle.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }

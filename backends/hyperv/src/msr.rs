@@ -44,6 +44,7 @@ impl<H: Hardware> HypervMsrClock<H> {
 
     /// Reference time in 100 ns units: one MSR read, never earlier than a
     /// value this clock returned before, on any CPU.
+    /// Interrupt-safe: yes.
     #[inline]
     pub fn read_100ns(&self) -> u64 {
         self.clamp.clamp(self.raw_100ns())
@@ -71,17 +72,20 @@ impl<H: Hardware> HypervMsrClock<H> {
 
     /// Reads of TIME_REF_COUNT that faulted (the partition withdrew the
     /// MSR after the probe): each returned the held value.
+    /// Interrupt-safe: yes.
     pub fn faults(&self) -> u64 {
         self.faults.load(Relaxed)
     }
 
     /// Forgets the clamp (after a restore that moved the partition's
     /// reference time back).
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn reset_monotonic(&self) {
         self.clamp.reset()
     }
 
     /// The hardware access this clock was built with.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }

@@ -54,6 +54,7 @@ type Sample = HvSample;
 /// Errors: [`PageError::Invalid`] (sequence 0 or `0xFFFFFFFF`: read
 /// TIME_REF_COUNT instead), [`PageError::ZeroScale`], [`PageError::Busy`].
 /// Hostile scales and offsets give a defined (wrapping) value, never a panic.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_hyperv::read_reference_page;
@@ -106,6 +107,7 @@ pub struct PageStats {
 impl PageStats {
     /// Events that count against the host: the watchdog demotes a source
     /// that has them.
+    /// Interrupt-safe: yes.
     pub const fn faults(&self) -> u64 {
         self.rejected_updates + self.reanchored_updates
     }
@@ -208,6 +210,7 @@ impl<H: Hardware> HypervPageClock<H> {
     }
 
     /// Reference time in nanoseconds (see the type docs). Bounded.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn read_ns(&self) -> u64 {
         let cpu = self.msr.hw.cpu_index();
@@ -367,6 +370,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// invalid, stuck or its parameters were rejected, and the partition
     /// offers TIME_REF_COUNT): a cross-check must then count this clock
     /// as the MSR, not as the TSC.
+    /// Interrupt-safe: yes.
     pub fn falls_back(&self, cpu: usize) -> bool {
         self.msr_fallback && self.page_map(cpu).is_err()
     }
@@ -374,6 +378,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// TIME_REF_COUNT in ns, when the partition offers it: what a read
     /// returns while the page is invalid (one exit). `None` also when the
     /// read raised #GP (no fresh value; counted as a host fault).
+    /// Interrupt-safe: yes.
     pub fn fallback_ns(&self) -> Option<u64> {
         if !self.msr_fallback {
             return None;
@@ -392,12 +397,14 @@ impl<H: Hardware> HypervPageClock<H> {
     /// Changes whenever readings' validity changes for every CPU (a
     /// withdrawn order, a resume): a reader that caches [`PageMap`]s drops
     /// them when it changes.
+    /// Interrupt-safe: yes.
     pub fn epoch(&self) -> u32 {
         self.epoch.load(Acquire)
     }
 
     /// The page's sequence now (what [`PageMap::sequence`] must equal for a
     /// cached map to be current).
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn sequence(&self) -> u32 {
         self.page.get().sequence.load(Relaxed)
@@ -406,6 +413,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// Whether readings rely on the hypervisor's cross-CPU order (true
     /// until [`distrust_order`](Self::distrust_order)): what a reader of the
     /// raw page without this clock's clamp, such as a user program, needs.
+    /// Interrupt-safe: yes.
     pub fn ordered(&self) -> bool {
         self.ordered.load(Acquire)
     }
@@ -413,6 +421,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// Stops trusting the hypervisor's cross-CPU order (the OS's warp test
     /// found the TSCs out of step): reads go through a global clamp from
     /// now on, starting above every value returned so far.
+    /// Interrupt-safe: yes.
     pub fn distrust_order(&self) {
         if self.ordered.swap(false, AcqRel) {
             self.clamp.absorb(self.slots().max_floor());
@@ -423,6 +432,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// After a restore: forgets the continuity of the parameters and every
     /// floor (the restored partition's reference time may lie before the
     /// old one; a `Clock` on top rebases its own timeline).
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn reset_monotonic(&self) {
         self.epoch.fetch_add(2, AcqRel);
         for s in self.slots().iter() {
@@ -433,6 +443,7 @@ impl<H: Hardware> HypervPageClock<H> {
     }
 
     /// Counters of reads and updates that did not go the normal way.
+    /// Interrupt-safe: yes.
     pub fn stats(&self) -> PageStats {
         let c = &self.counters;
         PageStats {
@@ -444,6 +455,7 @@ impl<H: Hardware> HypervPageClock<H> {
     }
 
     /// The page's memory.
+    /// Interrupt-safe: yes.
     pub fn page(&self) -> &'static HvReferenceTscPage {
         self.page.get()
     }
@@ -454,6 +466,7 @@ impl<H: Hardware> HypervPageClock<H> {
     }
 
     /// The hardware access this clock was built with.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.msr.hw
     }

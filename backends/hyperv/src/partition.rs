@@ -66,6 +66,7 @@ pub struct HypervConfig {
 
 impl HypervConfig {
     /// MSR only, no identity written.
+    /// Interrupt-safe: yes.
     pub const fn new() -> Self {
         HypervConfig {
             tsc_page: None,
@@ -75,6 +76,7 @@ impl HypervConfig {
     }
 
     /// Offers a page for the reference TSC page.
+    /// Interrupt-safe: yes.
     pub const fn with_tsc_page(mut self, page: PhysMapped<HvReferenceTscPage>) -> Self {
         self.tsc_page = Some(page);
         self
@@ -82,12 +84,14 @@ impl HypervConfig {
 
     /// Lets clockhal write this guest OS identity if the MSR reads 0
     /// ([`DEFAULT_GUEST_OS_ID`] is one an OS without its own may use).
+    /// Interrupt-safe: yes.
     pub const fn with_guest_os_id(mut self, id: u64) -> Self {
         self.guest_os_id = Some(id);
         self
     }
 
     /// Sets the update bounds.
+    /// Interrupt-safe: yes.
     pub const fn with_bounds(mut self, bounds: UpdateBounds) -> Self {
         self.bounds = bounds;
         self
@@ -130,6 +134,7 @@ impl<H: Hardware> Hyperv<H> {
     /// [`PAGE_TOLERANCE`] of the MSR; otherwise it is disabled again and the
     /// reason is kept in [`page_error`](Self::page_error). `policy` does not
     /// change the ratings; it is taken for uniformity with other backends.
+    /// Interrupt-safe: no (one-time probe: busy-waits for ms).
     pub fn probe(hw: H, config: HypervConfig, policy: &Policy) -> Result<Self, HypervError> {
         let _ = policy;
         if !cpuid::hypervisor_present(&hw) {
@@ -197,6 +202,7 @@ impl<H: Hardware> Hyperv<H> {
     }
 
     /// The "hyperv-page" clock, if the page is offered, given and sane.
+    /// Interrupt-safe: yes.
     pub fn page(&self) -> Option<&HypervPageClock<H>> {
         match &self.clocks {
             Clocks::Page(p) => Some(p),
@@ -205,6 +211,7 @@ impl<H: Hardware> Hyperv<H> {
     }
 
     /// The "hyperv-msr" clock, if TIME_REF_COUNT is offered.
+    /// Interrupt-safe: yes.
     pub fn msr(&self) -> Option<&HypervMsrClock<H>> {
         match &self.clocks {
             Clocks::Page(p) if self.time_ref_count => Some(&p.msr),
@@ -214,6 +221,7 @@ impl<H: Hardware> Hyperv<H> {
     }
 
     /// Why there is no page clock (`None` when there is one).
+    /// Interrupt-safe: yes.
     pub fn page_error(&self) -> Option<PageError> {
         self.page_error
     }
@@ -221,16 +229,19 @@ impl<H: Hardware> Hyperv<H> {
     /// The exact TSC rate from MSR 0x40000022, read at probe time when the
     /// frequency MSRs are offered (CPUID 0x40000003 EAX bit 11 and EDX bit
     /// 8); for the TSC backend.
+    /// Interrupt-safe: yes.
     pub fn tsc_frequency(&self) -> Option<Frequency> {
         self.tsc_hz
     }
 
     /// The partition's feature words.
+    /// Interrupt-safe: yes.
     pub fn features(&self) -> HypervFeatures {
         self.features
     }
 
     /// The guest OS identity in effect (the one found, or the one written).
+    /// Interrupt-safe: yes.
     pub fn guest_os_id(&self) -> u64 {
         self.guest_os_id
     }
@@ -240,6 +251,7 @@ impl<H: Hardware> Hyperv<H> {
     /// parameters and the clocks' floors (the restored partition's
     /// reference time may lie before the old one; a `Clock` on top rebases
     /// its own timeline).
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn resume(&self) {
         match &self.clocks {
             Clocks::Page(p) => {
@@ -252,6 +264,7 @@ impl<H: Hardware> Hyperv<H> {
     }
 
     /// Disables the page (if enabled) and drops the clocks (same as `drop`).
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn shutdown(self) {
         drop(self)
     }

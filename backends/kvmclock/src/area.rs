@@ -33,11 +33,13 @@ pub struct PvclockTime {
 impl PvclockTime {
     /// The host set `PVCLOCK_TSC_STABLE_BIT` (trust it only with KVM's CPUID
     /// `CLOCKSOURCE_STABLE_BIT`).
+    /// Interrupt-safe: yes.
     pub const fn tsc_stable_flag(&self) -> bool {
         self.flags & PVCLOCK_TSC_STABLE_BIT != 0
     }
 
     /// The host set `PVCLOCK_GUEST_STOPPED` (it paused the guest).
+    /// Interrupt-safe: yes.
     pub const fn guest_stopped(&self) -> bool {
         self.flags & PVCLOCK_GUEST_STOPPED != 0
     }
@@ -174,6 +176,7 @@ impl Sample {
 /// Errors: [`PvclockError::NotWritten`] (multiplier 0),
 /// [`PvclockError::ShiftOutOfRange`], [`PvclockError::Busy`] (version odd or
 /// changing for [`MAX_READ_ATTEMPTS`] samples). Never panics, never hangs.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_kvmclock::read_area;
@@ -200,6 +203,7 @@ pub fn read_area(
 
 /// The exact TSC rate an area's `(mul, shift)` imply:
 /// `10^9 * 2^32 / (mul * 2^shift)` Hz (read under the seqlock; no TSC read).
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_kvmclock::area_tsc_frequency;

@@ -86,6 +86,7 @@ pub struct KvmclockConfig {
 
 impl KvmclockConfig {
     /// Areas only, no wall clock, default bounds.
+    /// Interrupt-safe: yes.
     pub const fn new(areas: PhysMapped<[PvclockVcpuTimeInfo]>) -> Self {
         KvmclockConfig {
             areas,
@@ -96,18 +97,21 @@ impl KvmclockConfig {
     }
 
     /// Adds the wall-clock structure.
+    /// Interrupt-safe: yes.
     pub const fn with_wall_clock(mut self, wall: PhysMapped<PvclockWallClock>) -> Self {
         self.wall_clock = Some(wall);
         self
     }
 
     /// Sets the update bounds.
+    /// Interrupt-safe: yes.
     pub const fn with_bounds(mut self, bounds: UpdateBounds) -> Self {
         self.bounds = bounds;
         self
     }
 
     /// Sets the resolution of the clamp path ([`clamp_granule`](Self::clamp_granule)).
+    /// Interrupt-safe: yes.
     pub const fn with_clamp_granule(mut self, granule: ClampGranule) -> Self {
         self.clamp_granule = granule;
         self
@@ -141,6 +145,7 @@ impl KvmclockStats {
     /// the watchdog demotes a source that has them. A revoked stable bit
     /// is not one: readings then go through the clamp, which keeps them
     /// correct (and the revocation may be the OS's own warp-test result).
+    /// Interrupt-safe: yes.
     pub const fn faults(&self) -> u64 {
         self.rejected_updates + self.reanchored_updates
     }
@@ -233,6 +238,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// `policy` does not change kvmclock's rating (the TSC backend decides
     /// whether it may outrank kvmclock); it is taken so every backend's
     /// probe has the same shape.
+    /// Interrupt-safe: no (one-time probe: busy-waits for ms).
     pub fn probe(hw: H, config: KvmclockConfig, policy: &Policy) -> Result<Self, KvmclockError> {
         let _ = policy;
         if !cpuid::hypervisor_present(&hw) {
@@ -298,6 +304,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// is refused with [`KvmclockError::IndexTaken`]. While the stable bit
     /// is trusted, the new area must agree with the boot CPU's
     /// ([`STABLE_AGREEMENT_NS`]), else the stable bit stops being trusted.
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn register_this_cpu(&self) -> Result<(), KvmclockError> {
         let cpu = self.hw.cpu_index();
         let apic = cpuid::apic_id(&self.hw);
@@ -326,6 +333,7 @@ impl<H: Hardware> Kvmclock<H> {
     }
 
     /// Whether CPU `cpu`'s area is registered (reads there are served).
+    /// Interrupt-safe: yes.
     pub fn is_registered(&self, cpu: usize) -> bool {
         self.registry.is_registered(cpu)
     }
@@ -333,6 +341,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// Stops the host from updating the calling CPU's area (call on each AP
     /// before the memory is reused). Later reads on this CPU return the held
     /// value (and count as unregistered) until it registers again.
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn unregister_this_cpu(&self) {
         let cpu = self.hw.cpu_index();
         if self.registry.release(cpu, cpuid::apic_id(&self.hw)) {
@@ -347,6 +356,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// Unregisters the calling CPU's area and drops the clock (same as
     /// `drop`). Other CPUs must have called
     /// [`unregister_this_cpu`](Self::unregister_this_cpu) themselves.
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn shutdown(self) {
         drop(self)
     }
@@ -357,6 +367,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// this CPU's floor, so the restored host's timeline — which may lie
     /// before the old one — is taken as it is. A `Clock` on top rebases
     /// its own timeline and keeps advancing.
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn resume_this_cpu(&self) -> Result<(), KvmclockError> {
         let cpu = self.hw.cpu_index();
         let apic = cpuid::apic_id(&self.hw);
@@ -380,6 +391,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// trusted, else by a global clamp (see the crate docs). Bounded; when
     /// no valid parameters are available the read returns the held value
     /// and counts it in [`stats`](Self::stats).
+    /// Interrupt-safe: yes (NMI too).
     #[inline]
     pub fn read_ns(&self) -> u64 {
         let cpu = self.hw.cpu_index();
@@ -577,12 +589,14 @@ impl<H: Hardware> Kvmclock<H> {
     /// Changes whenever readings' validity changes for every CPU (a revoked
     /// stable bit, a resume): a reader that caches [`AreaMap`]s drops them
     /// when it changes.
+    /// Interrupt-safe: yes.
     pub fn epoch(&self) -> u32 {
         self.epoch.load(Acquire)
     }
 
     /// `cpu`'s area version now (what [`AreaMap::version`] must equal for
     /// a cached map to be current), or `None` without an area.
+    /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn area_version(&self, cpu: usize) -> Option<u32> {
         self.areas.get().get(cpu).map(|a| a.version.load(Relaxed))
@@ -599,6 +613,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// periodically (`clockhal`'s `Clock` does at every watchdog tick):
     /// until then readings on different CPUs may disagree by what that
     /// update's continuity check allowed.
+    /// Interrupt-safe: yes.
     pub fn check_stable_agreement(&self) -> bool {
         if !self.stable_trusted.load(Acquire) {
             return false;
@@ -638,6 +653,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// the TSCs out of step, or the areas disagree): every read goes through
     /// the global clamp from now on, starting above every value any CPU
     /// returned so far.
+    /// Interrupt-safe: yes.
     pub fn distrust_stable(&self) {
         if self.stable_trusted.swap(false, AcqRel) {
             self.counters.revoked.fetch_add(1, Relaxed);
@@ -666,6 +682,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// an OS watchdog should re-arm instead of firing (Linux touches its
     /// soft-lockup watchdogs). The event is latched, never lost: it stays
     /// pending until taken.
+    /// Interrupt-safe: yes.
     pub fn take_guest_stopped(&self) -> bool {
         let cpu = self.hw.cpu_index();
         let here = self.registry.is_registered(cpu) && self.acknowledge_guest_stopped(cpu);
@@ -676,6 +693,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// sets `PVCLOCK_TSC_STABLE_BIT`, KVM's CPUID grants
     /// `CLOCKSOURCE_STABLE_BIT`, and the trust was not revoked
     /// ([`check_stable_agreement`](Self::check_stable_agreement)).
+    /// Interrupt-safe: yes.
     pub fn stable(&self) -> bool {
         self.stable_trusted.load(Relaxed)
             && self
@@ -688,6 +706,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// The exact TSC rate the probing CPU's area implies
     /// (`10^9 * 2^32 / (mul * 2^shift)` Hz), for the TSC backend. `None` if
     /// that area is now unreadable or implausible.
+    /// Interrupt-safe: yes.
     pub fn tsc_frequency(&self) -> Option<Frequency> {
         let area = self.areas.get().get(self.boot_cpu)?;
         crate::area_tsc_frequency(area).ok()
@@ -696,6 +715,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// Asks KVM to rewrite the wall clock now (a wall-clock MSR write: the
     /// host refreshes the structure only then) and reads it. `None` without
     /// a wall-clock structure or if the host did not fill it sanely.
+    /// Interrupt-safe: yes.
     pub fn wall_clock(&self) -> Option<WallClock> {
         let wall = self.wall?;
         kvm_request_wall_clock(&self.hw, self.msrs.wall_clock, wall).ok()?;
@@ -703,6 +723,7 @@ impl<H: Hardware> Kvmclock<H> {
     }
 
     /// Counters of reads and updates that did not go the normal way.
+    /// Interrupt-safe: yes.
     pub fn stats(&self) -> KvmclockStats {
         let c = &self.counters;
         KvmclockStats {
@@ -716,11 +737,13 @@ impl<H: Hardware> Kvmclock<H> {
 
     /// The CPU index kvmclock was probed on (its area's rate is the TSC
     /// rate hint).
+    /// Interrupt-safe: yes.
     pub fn boot_cpu(&self) -> usize {
         self.boot_cpu
     }
 
     /// The hardware access this clock was built with.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }

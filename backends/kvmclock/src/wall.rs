@@ -28,11 +28,13 @@ pub struct WallClock {
 
 impl WallClock {
     /// Unix time in ns at kvmclock 0.
+    /// Interrupt-safe: yes.
     pub const fn epoch_ns(&self) -> u64 {
         self.sec as u64 * NS_PER_SEC + self.nsec as u64
     }
 
     /// Unix time in ns when kvmclock reads `clock_ns` (saturating).
+    /// Interrupt-safe: yes.
     pub const fn unix_ns(&self, clock_ns: u64) -> u64 {
         self.epoch_ns().saturating_add(clock_ns)
     }

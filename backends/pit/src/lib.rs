@@ -100,6 +100,7 @@ impl PitRole {
     }
 
     /// Whether the PIT may be selected as a clock.
+    /// Interrupt-safe: yes.
     pub fn is_clock(&self) -> bool {
         matches!(self, PitRole::Clock { .. })
     }
@@ -223,6 +224,7 @@ impl<H: Hardware> Pit<H> {
     /// that it exists and counts down (bounded: at most about 10,000 +
     /// 64 + 3 × 1,024 ticks' worth of reads), measures the TSC ticks per
     /// PIT tick for the overrun check, and rates it per `options`.
+    /// Interrupt-safe: no (one-time probe: busy-waits for ms).
     pub fn probe(hw: H, options: &PitOptions) -> Result<Pit<H>, PitError> {
         pit::start_channel2(&hw);
         let read = || pit::read_channel2(&hw);
@@ -270,11 +272,13 @@ impl<H: Hardware> Pit<H> {
     }
 
     /// What the PIT may be used for.
+    /// Interrupt-safe: yes.
     pub fn role(&self) -> PitRole {
         self.role
     }
 
     /// The hardware handle.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }
@@ -298,6 +302,7 @@ impl<H: Hardware> Pit<H> {
     /// calibration whose reference silently lost 54.9 ms would be wrong by
     /// far more than its stated uncertainty. Reads once first, so the gap
     /// since the PIT's last use does not count.
+    /// Interrupt-safe: no (runs `f`, a calibration, between two reads).
     ///
     /// ```
     /// use clockhal_core::Duration;

@@ -91,6 +91,7 @@ impl RtcTime {
     /// of range counts on as if the calendar continued (day 0 is the last
     /// day of the month before), never a panic. [`Rtc`](crate::Rtc) only
     /// returns validated times.
+    /// Interrupt-safe: yes.
     pub fn unix_seconds(&self) -> u64 {
         let days = civil::days_from_civil(self.year as u32, self.month, self.day);
         let s =

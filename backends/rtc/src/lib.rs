@@ -90,6 +90,7 @@ impl RtcEdge {
     /// Unix time in ns at instant `t_ns` of the caller's clock (the clock
     /// [`Rtc::read_at_second_edge`] was given): the edge's second plus the
     /// time elapsed since [`at_ns`](Self::at_ns). Saturates at 0.
+    /// Interrupt-safe: yes.
     pub fn unix_ns_at(&self, t_ns: u64) -> u64 {
         let at_edge = self.time.unix_seconds().saturating_mul(1_000_000_000);
         if t_ns >= self.at_ns {
@@ -134,6 +135,7 @@ impl<H: Hardware> Rtc<H> {
     /// An RTC reader. Touches no hardware; fails only when
     /// `options.century_index` is not a CMOS RAM register (0x0E..=0x7F):
     /// pass `None` to fall back to the [`PIVOT_YEAR`] rule.
+    /// Interrupt-safe: yes.
     pub fn new(hw: H, options: &RtcOptions) -> Result<Rtc<H>, RtcError> {
         if let Some(i) = options.century_index {
             if !(reg::RAM_START..0x80).contains(&i) {
@@ -147,6 +149,7 @@ impl<H: Hardware> Rtc<H> {
     }
 
     /// The hardware handle.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }
@@ -154,6 +157,7 @@ impl<H: Hardware> Rtc<H> {
     /// Reads the date and time (see the crate docs for the rules). Takes
     /// a few dozen port accesses, plus up to 2.2 ms when an update is in
     /// progress.
+    /// Interrupt-safe: no (CMOS index/data pairs: not atomic).
     pub fn read(&self) -> Result<RtcTime, RtcError> {
         self.check_state()?;
         let mut prev = self.snapshot()?;

@@ -228,6 +228,7 @@ fn ppm_ceil(error: u128, of: u128) -> u128 {
 /// with [`Hardware::rdtsc_ordered`]. Bounded: at most 2^22 spin reads of the
 /// reference (or one per 8 ns of budget if more), and at most
 /// `budget × 20 GHz` TSC ticks of spinning.
+/// Interrupt-safe: no (busy-waits for the calibration window).
 ///
 /// ```
 /// use clockhal_core::{Duration, Policy};

@@ -56,6 +56,7 @@ pub enum RateCheck {
 
 impl RateCheck {
     /// Whether the check casts doubt on the rate in use.
+    /// Interrupt-safe: yes.
     pub fn is_suspect(&self) -> bool {
         matches!(self, RateCheck::Inconclusive { .. })
     }

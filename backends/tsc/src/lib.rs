@@ -111,6 +111,7 @@ impl Default for TscOptions<'_> {
 
 impl TscOptions<'_> {
     /// No hints, no reference, sync unknown, default policy.
+    /// Interrupt-safe: yes.
     pub const fn new() -> TscOptions<'static> {
         TscOptions {
             hints: &[],
@@ -267,6 +268,7 @@ impl<H: Hardware> Tsc<H> {
     /// the TSC unsynchronised and is returned as `Err(difference)`. Call it
     /// on every AP (the facade's `register_this_cpu` does). `Ok` where the
     /// MSR does not exist.
+    /// Interrupt-safe: yes.
     pub fn check_tsc_adjust_this_cpu(&self) -> Result<(), u64> {
         let Some(bsp) = self.adjust else {
             return Ok(());
@@ -286,6 +288,7 @@ impl<H: Hardware> Tsc<H> {
 
     /// The TSC ticks-to-nanoseconds map of the rate in use (through 0), for
     /// a reader that composes it with its own offset (the facade's `Clock`).
+    /// Interrupt-safe: yes.
     pub fn map(&self) -> TscMap {
         self.refined.get().map_or(self.map, |r| r.1)
     }
@@ -303,6 +306,7 @@ impl<H: Hardware> Tsc<H> {
     /// follow it. Call it while nothing reads this TSC through its old map
     /// (the facade refines only a TSC that is not the current source): the
     /// new map is a different line through 0.
+    /// Interrupt-safe: no (`spin::Once`: may wait for the interrupted code).
     pub fn refine(
         &self,
         r: &Refinement,
@@ -347,6 +351,7 @@ impl<H: Hardware> Tsc<H> {
     }
 
     /// Why the TSC may not be auto-selected, or `None` if it may.
+    /// Interrupt-safe: yes.
     pub fn unusable(&self) -> Option<Unusable> {
         if let SyncStatus::Unsynchronized {
             worst_backward_ticks,
@@ -386,6 +391,7 @@ impl<H: Hardware> Tsc<H> {
     /// invariant (its rate may change with P-states, stop in C-states, or
     /// change after a migration). A supervised TSC may be selected only
     /// while a watchdog compares it with an independent counter.
+    /// Interrupt-safe: yes.
     pub fn supervised(&self) -> bool {
         !self.invariant && self.unusable().is_none()
     }
@@ -413,6 +419,7 @@ impl<H: Hardware> Tsc<H> {
     /// at the old value for as long as the TSC takes to pass it again. The
     /// caller keeps its own timeline continuous (clockhal's `Clock::resume`
     /// rebases). A CPU sharing the overflow slot keeps the shared floor.
+    /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn resume_this_cpu(&self) {
         let slots = self.hw.slot_pool().get(&self.slot_set);
         if let Some(slot) = slots.cache(self.hw.cpu_index()) {
@@ -425,6 +432,7 @@ impl<H: Hardware> Tsc<H> {
     /// more CPUs than it said, and nobody tested their TSCs: the TSC is then
     /// in step only by a warp test ([`set_sync`](Self::set_sync)). Returns
     /// whether that changed the TSC's standing.
+    /// Interrupt-safe: yes.
     pub fn saw_cpu(&self, index: usize) -> bool {
         if index == self.boot_cpu || self.cpus > 1 {
             return false;
@@ -435,38 +443,45 @@ impl<H: Hardware> Tsc<H> {
     }
 
     /// Where the rate in use came from.
+    /// Interrupt-safe: yes.
     pub fn provenance(&self) -> RateProvenance {
         self.refined.get().map_or(self.provenance, |r| r.2)
     }
 
     /// The cross-check of a stated rate against the calibration.
+    /// Interrupt-safe: yes.
     pub fn rate_check(&self) -> RateCheck {
         self.check
     }
 
     /// The calibration, if one ran and succeeded.
+    /// Interrupt-safe: yes.
     pub fn calibration(&self) -> Option<&Calibration> {
         self.calibration.as_ref()
     }
 
     /// CPUID's invariant-TSC bit (in a VM: the hypervisor's claim for this
     /// host, not a migration guarantee).
+    /// Interrupt-safe: yes.
     pub fn invariant(&self) -> bool {
         self.invariant
     }
 
     /// The sync status the rating uses.
+    /// Interrupt-safe: yes.
     pub fn sync(&self) -> SyncStatus {
         SyncStatus::decode(self.sync.load(Ordering::Acquire))
     }
 
     /// Updates the sync status (e.g. after SMP bring-up ran the warp
     /// tests, at any time, from any CPU); the rating and flags follow.
+    /// Interrupt-safe: yes.
     pub fn set_sync(&self, sync: SyncStatus) {
         self.sync.store(sync.encode(), Ordering::Release);
     }
 
     /// The hardware handle.
+    /// Interrupt-safe: yes.
     pub fn hardware(&self) -> &H {
         &self.hw
     }

@@ -50,6 +50,7 @@ pub enum RateProvenance {
 impl RateProvenance {
     /// The bound on the relative error of a measured rate, ppm (`None` for
     /// a stated or guessed one).
+    /// Interrupt-safe: yes.
     pub fn uncertainty_ppm(&self) -> Option<u32> {
         match *self {
             RateProvenance::Calibrated {
@@ -64,6 +65,7 @@ impl RateProvenance {
 
     /// Whether the source states the rate exactly (to better than 1 ppm),
     /// as opposed to measuring or guessing it.
+    /// Interrupt-safe: yes.
     pub fn is_exact(&self) -> bool {
         matches!(
             self,
@@ -152,6 +154,7 @@ fn hypervisor_leaf<H: Hardware>(hw: &H) -> Option<Frequency> {
 /// then the caller's hints by provenance rank (implausible ones skipped).
 /// What [`Tsc::probe`](crate::Tsc::probe) uses before it calibrates; a
 /// caller can ask first whether a calibration reference will be needed.
+/// Interrupt-safe: yes.
 pub fn stated_rate<H: Hardware>(
     hw: &H,
     hints: &[(Frequency, RateProvenance)],

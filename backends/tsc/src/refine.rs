@@ -83,6 +83,7 @@ impl core::error::Error for RefineError {}
 /// width, and a reference reading by under one tick, so the bound is
 /// `((w₀ + w₁) / 2) / ΔTSC + 1 / Δreference`, in ppm, each term rounded
 /// up.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_core::{Bracketed, Frequency};

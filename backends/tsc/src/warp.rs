@@ -96,6 +96,7 @@ impl Default for WarpShared {
 
 impl WarpShared {
     /// Fresh state (usable in a `static`).
+    /// Interrupt-safe: yes.
     pub const fn new() -> WarpShared {
         WarpShared {
             outbox: [Outbox::new(), Outbox::new()],
@@ -112,6 +113,7 @@ impl WarpShared {
     }
 
     /// Clears the state for the next pair. Only while no participant runs.
+    /// Interrupt-safe: no (only between warp tests).
     pub fn reset(&self) {
         for o in &self.outbox {
             o.reset();
@@ -350,6 +352,7 @@ impl WarpReport {
     /// `2 × (read_cost_ticks[0] + read_cost_ticks[1] + transfer_allowance_ticks)`,
     /// each read cost capped at 2^16 ticks, saturating (see
     /// [`warp_participant`] for why).
+    /// Interrupt-safe: yes.
     pub fn limit_ticks(&self) -> u64 {
         limit(self.read_cost_ticks, self.transfer_allowance_ticks)
     }
@@ -363,6 +366,7 @@ impl WarpReport {
     /// first's: `lower <= d <= upper`, each where that direction had
     /// hand-overs (`(lower, upper)`; strictly inside unless the TSC
     /// advances in steps coarser than a hand-over).
+    /// Interrupt-safe: yes.
     pub fn offset_range(&self) -> (Option<i64>, Option<i64>) {
         (self.gap(0).map(i64::saturating_neg), self.gap(1))
     }
@@ -371,6 +375,7 @@ impl WarpReport {
     /// whose TSC is behind (0: the first) and the largest backward step
     /// (its TSC is behind by at least that). Proof even from an
     /// incomplete run.
+    /// Interrupt-safe: yes.
     pub fn warp(&self) -> Option<(usize, u64)> {
         let backward = |to: usize| self.gap(to).filter(|g| *g < 0).map_or(0, i64::unsigned_abs);
         let (back0, back1) = (backward(0), backward(1));
@@ -381,6 +386,7 @@ impl WarpReport {
     /// Without a warp and with hand-overs both ways, the bound `N`: the
     /// TSCs differ by at most this many ticks (the larger of the two
     /// directions' smallest gaps), whether or not within the limit.
+    /// Interrupt-safe: yes.
     pub fn offset_bound(&self) -> Option<u64> {
         match (self.gap(0), self.gap(1)) {
             (Some(g0), Some(g1)) if g0 >= 0 && g1 >= 0 => Some(g0.max(g1).unsigned_abs()),
@@ -412,6 +418,7 @@ impl WarpReport {
     /// [`SyncStatus::Unknown`] (the other CPU did not come, no reading
     /// crossed one way, or the bound is above the limit: see the
     /// [`Display`](fmt::Display)). Never [`SyncStatus::SingleCpu`].
+    /// Interrupt-safe: yes.
     pub fn status(&self) -> SyncStatus {
         match self.verdict() {
             Verdict::OutOfStep { by, .. } => SyncStatus::Unsynchronized {
@@ -423,6 +430,7 @@ impl WarpReport {
     }
 
     /// Whether the run decides anything (a warp, or in step).
+    /// Interrupt-safe: yes.
     pub fn is_conclusive(&self) -> bool {
         self.status() != SyncStatus::Unknown
     }
@@ -514,6 +522,7 @@ impl fmt::Display for GapText {
 /// the pair's [`WarpReport`]; a kernel runs it for every CPU pair (or CPU 0
 /// against each other CPU) and feeds [`SyncStatus::from_reports`] into
 /// [`TscOptions::sync`](crate::TscOptions::sync).
+/// Interrupt-safe: no (spins until the other CPU takes part).
 ///
 /// # The method
 /// Each CPU loops: load the other CPU's latest published TSC reading, read
@@ -728,6 +737,7 @@ impl SyncStatus {
     /// Folds the reports of all pairs: any warp → unsynchronised (by the
     /// largest backward step); else every pair in step → synchronised;
     /// else (an inconclusive pair, or no report) unknown.
+    /// Interrupt-safe: yes.
     pub fn from_reports(reports: &[WarpReport]) -> SyncStatus {
         let mut worst = 0u64;
         let mut all_in_step = !reports.is_empty();
@@ -752,6 +762,7 @@ impl SyncStatus {
     }
 
     /// Single CPU or verified synchronised.
+    /// Interrupt-safe: yes.
     pub fn in_step(&self) -> bool {
         matches!(self, SyncStatus::SingleCpu | SyncStatus::Synchronized)
     }

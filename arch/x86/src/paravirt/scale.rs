@@ -12,6 +12,7 @@ use super::hv_sequence_valid;
 /// pre-shifted so that `mul` keeps 31–32 significant bits. `None` for 0 Hz
 /// and above ~8.6·10^18 Hz, where the shift would leave the `-32..=32` a
 /// guest accepts. For simulators, benchmarks and tests that play the host.
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_x86::paravirt::pvclock_time_scale;
@@ -54,6 +55,7 @@ pub const fn pvclock_time_scale(tsc_hz: u64) -> Option<(u32, i8)> {
 /// 2^-64 low, the same floor-or-one-below accuracy). `None` below 10 MHz
 /// (the scale would exceed 2^64). Never `Some(0)`, which a page reader takes
 /// as "page unusable".
+/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_x86::paravirt::{hv_reference_scale, hv_scale_tsc};
@@ -76,6 +78,7 @@ pub const fn hv_reference_scale(tsc_hz: u64) -> Option<u64> {
 
 /// The sequence a Hyper-V host writes after `prev`: the next value that
 /// `hv_sequence_valid` accepts.
+/// Interrupt-safe: yes.
 pub const fn hv_next_sequence(prev: u32) -> u32 {
     match prev.wrapping_add(1) {
         0 | u32::MAX => 1,
