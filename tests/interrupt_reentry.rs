@@ -87,7 +87,7 @@ fn with_interrupts(
         let k = seen.taken.fetch_add(1, Ordering::SeqCst);
         let _ = c.now();
         let unix = UNIX_BASE + k * 1_000_000_000;
-        c.set_unix_time(unix);
+        c.set_unix_time(unix).unwrap();
         seen.last_unix.store(unix, Ordering::SeqCst);
         let u = c.unix_time_ns().expect("wall time set");
         assert!(u >= unix && u - unix < ms(1), "set {unix}, read {u}");
@@ -215,7 +215,7 @@ fn interrupts_inside_set_unix_time() {
         // (they run after it stored its offset, at its page publication).
         let irq = with_interrupts(&what, m, c, move |c| {
             m.advance(ms(1));
-            c.set_unix_time(UNIX_BASE - 1_000_000_000);
+            c.set_unix_time(UNIX_BASE - 1_000_000_000).unwrap();
         });
         assert_applied(&what, c, page, &irq);
     }
@@ -279,7 +279,8 @@ fn a_wall_time_set_while_another_cpu_ticks_reaches_the_page() {
         std::thread::spawn(move || {
             m.set_cpu(1);
             for i in 0..2_000u64 {
-                c.set_unix_time(UNIX_BASE + (k * 10_000 + i) * 1_000_000_000);
+                c.set_unix_time(UNIX_BASE + (k * 10_000 + i) * 1_000_000_000)
+                    .unwrap();
             }
             let _ = done.send(());
         });
