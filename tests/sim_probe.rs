@@ -19,6 +19,14 @@ use clockhal::{
 use clockhal_sim::{AcpiTablesBuilder, HpetConfig, PmTimerConfig, SimConfig, SimMachine};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
+/// The OS keeps the CMOS RTC to itself (with the `rtc` feature it is
+/// otherwise the TSC's calibration reference of last resort).
+fn keeps_the_rtc(p: Platform<'static>) -> Platform<'static> {
+    #[cfg(feature = "rtc")]
+    let p = p.rtc_reference(false);
+    p
+}
+
 /// A short rate-check interval keeps the simulated pacing loop quick.
 fn fast_check() -> SelfCheck {
     SelfCheck::new().rate_interval(Duration::from_millis(1))
@@ -712,10 +720,13 @@ fn single_candidate_has_no_watchdog_and_no_clock_is_an_error() {
     assert_eq!(clock.watchdog_tick(), WatchdogEvent::Inactive);
     drop(clock);
 
-    // TCG without HPET/PM access, and the PIT kept by the OS: nothing to
-    // rate the TSC with.
+    // TCG without HPET/PM access, and the PIT (and the CMOS RTC) kept by
+    // the OS: nothing to rate the TSC with.
     let m = SimMachine::qemu_tcg();
-    let p = probe(&m, Platform::new().pit(None).self_check(fast_check()));
+    let p = probe(
+        &m,
+        keeps_the_rtc(Platform::new().pit(None).self_check(fast_check())),
+    );
     assert_eq!(p.report().selected_id(), None);
     let report = *p.report();
     let err = p.into_clock().unwrap_err();
@@ -899,13 +910,13 @@ fn microvm_calibrates_the_tsc_against_the_pit_and_selects_it() {
     let err = f.ppb_from(&Frequency::from_hz(2_000_000_000).unwrap()) / 1000;
     assert!(err.abs() <= 100, "rate off by {err} ppm");
 
-    // An OS that keeps the PIT gets no clock here, and no PIT port is
-    // touched.
+    // An OS that keeps the PIT (and the CMOS RTC) gets no clock here, and
+    // no PIT port is touched.
     let m = SimMachine::qemu_tcg_microvm();
     let tap = clockhal_sim::PortTap::new(&m);
     let p = probe(
         &tap,
-        Platform::new().pit(None).tsc_sync(SyncStatus::SingleCpu),
+        keeps_the_rtc(Platform::new().pit(None).tsc_sync(SyncStatus::SingleCpu)),
     );
     assert_eq!(p.report().selected_id(), None);
     let touched: Vec<_> = tap
