@@ -17,6 +17,8 @@ pub const VERSION: u32 = 1;
 pub const V1_SIZE: u32 = 0x60;
 /// The page size (and alignment).
 pub const PAGE_SIZE: usize = 4096;
+/// Most pages a clock window spans (the clock page included).
+pub const MAX_WINDOW_PAGES: u32 = 64;
 /// Most pvclock areas one window page holds (4096 / 32).
 pub const MAX_PVCLOCK_AREAS: u32 = (PAGE_SIZE / 32) as u32;
 
@@ -220,8 +222,12 @@ impl WindowLayout {
         hyperv_page: 0,
     };
 
-    /// Pages in the window: the clock page plus the highest mapped index.
-    pub const fn pages(&self) -> u32 {
+    /// Pages in the window: the clock page plus the highest mapped index;
+    /// `None` when that does not fit a `u32` (an index of `u32::MAX`: no
+    /// such window exists). Checked: the indices are page input.
+    ///
+    /// Interrupt-safe: yes (pure arithmetic).
+    pub const fn pages(&self) -> Option<u32> {
         let mut last = 0;
         if self.pvclock_page > last {
             last = self.pvclock_page;
@@ -229,16 +235,25 @@ impl WindowLayout {
         if self.hyperv_page > last {
             last = self.hyperv_page;
         }
-        last + 1
+        last.checked_add(1)
     }
 
     /// Whether the layout is one a reader accepts: mapped pages distinct,
-    /// area count within a page, no count without a page.
+    /// area count within a page, no count without a page, at most
+    /// [`MAX_WINDOW_PAGES`] pages.
+    ///
+    /// Interrupt-safe: yes (pure arithmetic).
     pub const fn is_valid(&self) -> bool {
         let pv = self.pvclock_page != 0;
         if self.pvclock_areas > MAX_PVCLOCK_AREAS || (!pv && self.pvclock_areas != 0) {
             return false;
         }
-        !(pv && self.pvclock_page == self.hyperv_page) && self.pages() <= 64
+        if pv && self.pvclock_page == self.hyperv_page {
+            return false;
+        }
+        match self.pages() {
+            Some(pages) => pages <= MAX_WINDOW_PAGES,
+            None => false,
+        }
     }
 }

@@ -206,7 +206,18 @@ impl<'a> UserClock<'a> {
         // and atomics may be shared with a concurrent writer.
         let page: &'static ClockPage = unsafe { &*(base as *const ClockPage) };
         let header = Header::load(page)?;
-        let at = |index: u32| base + index as usize * PAGE_SIZE;
+        // Checked: a window at the top of the address space must not wrap
+        // to low memory (the indices are below `MAX_WINDOW_PAGES` here).
+        let at = |index: u32| {
+            (index as usize)
+                .checked_mul(PAGE_SIZE)
+                .and_then(|off| base.checked_add(off))
+                .ok_or(PageError::BadWindow)
+        };
+        let (pv_at, hv_at) = (
+            at(header.layout.pvclock_page)?,
+            at(header.layout.hyperv_page)?,
+        );
         let pvclock: &'static [PvclockVcpuTimeInfo] = if header.layout.pvclock_page == 0 {
             &[]
         } else {
@@ -216,7 +227,7 @@ impl<'a> UserClock<'a> {
             // page-aligned start; any bit pattern is valid for these atomics.
             unsafe {
                 core::slice::from_raw_parts(
-                    at(header.layout.pvclock_page) as *const PvclockVcpuTimeInfo,
+                    pv_at as *const PvclockVcpuTimeInfo,
                     header.layout.pvclock_areas as usize,
                 )
             }
@@ -226,7 +237,7 @@ impl<'a> UserClock<'a> {
         } else {
             // SAFETY: as above, for the page-aligned Hyper-V page the header
             // names.
-            Some(unsafe { &*(at(header.layout.hyperv_page) as *const HvReferenceTscPage) })
+            Some(unsafe { &*(hv_at as *const HvReferenceTscPage) })
         };
         Ok(UserClock {
             page,
@@ -486,8 +497,10 @@ impl Header {
             pvclock_areas: page.pvclock_areas.load(Relaxed),
             hyperv_page: page.hyperv_page.load(Relaxed),
         };
-        if !layout.is_valid() || layout.pages() > page.window_pages.load(Relaxed) {
-            return Err(PageError::BadWindow);
+        // `pages()` is `Some` for a valid layout; checked all the same.
+        match layout.pages() {
+            Some(pages) if layout.is_valid() && pages <= page.window_pages.load(Relaxed) => {}
+            _ => return Err(PageError::BadWindow),
         }
         Ok(Header { tsc, layout })
     }

@@ -148,13 +148,23 @@ pub struct ClockPageWriter<'a> {
 
 impl<'a> ClockPageWriter<'a> {
     /// Writes the page header (magic, version, size, TSC read method, window
-    /// layout) and returns the writer. Call it before the page is mapped
-    /// into any process; the page's state (sequence, floor, mode) is kept,
-    /// so a zeroed frame starts as "ask the kernel: not published".
+    /// layout), takes the page's state back, and returns the writer. Call
+    /// it before the page is mapped into any process.
+    ///
+    /// The writer owns the frame from here: whatever it held before (a
+    /// zeroed frame, a previous boot's page, a frame reused after a crash
+    /// mid-update with an odd sequence, garbage), its state becomes "ask
+    /// the kernel: not published" with floor 0, published through the
+    /// seqlock (sequence odd, fields, sequence even and past any value a
+    /// reader could have sampled), so no reader sees it torn and nothing
+    /// from the old contents (a floor, a mapping) survives to put user time
+    /// ahead of the kernel's.
     ///
     /// `pvclock` are the areas at `layout.pvclock_page` (as many as
     /// `layout.pvclock_areas`) and `hyperv` the page at
     /// `layout.hyperv_page`, in the kernel's own mapping.
+    ///
+    /// Interrupt-safe: yes (lock-free stores), though it belongs in setup.
     pub fn new(
         page: &'a ClockPage,
         layout: WindowLayout,
@@ -162,14 +172,22 @@ impl<'a> ClockPageWriter<'a> {
         hyperv: Option<&'a HvReferenceTscPage>,
         tsc: TscRead,
     ) -> Result<ClockPageWriter<'a>, PageError> {
-        use Ordering::{Relaxed, Release};
-        if !layout.is_valid() {
+        use Ordering::{Acquire, Relaxed, Release};
+        let Some(pages) = layout.pages().filter(|_| layout.is_valid()) else {
             return Err(PageError::BadWindow);
+        };
+        // Odd from here (an odd sequence stays as it is: a dead update's).
+        let odd = page.seq.fetch_or(1, Acquire) | 1;
+        fence(Release);
+        write_state(page, &Fields::NOT_PUBLISHED, 0);
+        for r in &page.reserved {
+            r.store(0, Relaxed);
         }
+        page.seq.store(odd.wrapping_add(1), Release);
         page.version.store(VERSION, Relaxed);
         page.size.store(V1_SIZE, Relaxed);
         page.tsc_read.store(tsc.code(), Relaxed);
-        page.window_pages.store(layout.pages(), Relaxed);
+        page.window_pages.store(pages, Relaxed);
         page.pvclock_page.store(layout.pvclock_page, Relaxed);
         page.pvclock_areas.store(layout.pvclock_areas, Relaxed);
         page.hyperv_page.store(layout.hyperv_page, Relaxed);
@@ -273,6 +291,54 @@ impl<'a> ClockPageWriter<'a> {
         self.open(floor_ns, || 0, false)
     }
 
+    /// Takes the page back from an update that will never be closed (a
+    /// [`PageUpdate`] leaked with `mem::forget`, a writer stopped for good
+    /// mid-update) and opens it for this update: what [`begin`](Self::begin)
+    /// does, but never [`PublishError::Busy`].
+    ///
+    /// Only for a kernel whose publications are serialised (under its
+    /// clock's lock): a `Busy` there means no other update is in progress,
+    /// only a dead one. Taking the page from a *live* update would let the
+    /// two writers' fields interleave.
+    ///
+    /// If the page was odd, nothing it holds is read (the dead update may
+    /// have half written the state and the floor): the floor is
+    /// `floor_ns`, so pass the kernel clock's reading now (every user
+    /// reading of the state before the dead update is at most that, for a
+    /// page that was never ahead of the kernel). If it was even, this is
+    /// [`begin_with`](Self::begin_with).
+    ///
+    /// Interrupt-safe: yes (lock-free; never waits), but only where the
+    /// interrupted code cannot be inside an update of this page.
+    pub fn reclaim_with(&self, floor_ns: u64, rdtsc: impl FnMut() -> u64) -> PageUpdate<'a> {
+        use Ordering::{Acquire, Relaxed, Release};
+        let page = self.view.page();
+        let prev = page.seq.fetch_or(1, Acquire);
+        fence(Release);
+        let floor = if prev & 1 == 0 {
+            self.fold(page.floor_ns.load(Relaxed).max(floor_ns), rdtsc)
+        } else {
+            // Not even the floor: a dead update may have half written it.
+            floor_ns
+        };
+        PageUpdate {
+            writer: *self,
+            seq: prev | 1,
+            floor,
+            open: true,
+        }
+    }
+
+    /// `floor` raised to the current state's reading now (the sequence is
+    /// odd and ours: the state is whole).
+    fn fold(&self, floor: u64, mut rdtsc: impl FnMut() -> u64) -> u64 {
+        let mode = self.view.page().mode.load(Ordering::Relaxed);
+        match self.view.evaluate(mode, &mut rdtsc) {
+            Ok((ns, _)) => floor.max(ns),
+            Err(_) => floor,
+        }
+    }
+
     /// Steps 1–3 of the seqlock write; `fold`: whether the replaced
     /// state's reading now joins the floor.
     fn open(
@@ -297,10 +363,7 @@ impl<'a> ClockPageWriter<'a> {
 
         let mut floor = page.floor_ns.load(Relaxed).max(floor_ns);
         if fold {
-            let mode = page.mode.load(Relaxed);
-            if let Ok((ns, _)) = self.view.evaluate(mode, &mut rdtsc) {
-                floor = floor.max(ns);
-            }
+            floor = self.fold(floor, &mut rdtsc);
         }
         Ok(PageUpdate {
             writer: *self,
@@ -391,30 +454,10 @@ impl PageUpdate<'_> {
         let mut floor = self.floor;
         if let Some((source, p)) = state {
             floor = floor.max(p.floor_ns);
-            let (mode, arg, mul, add, offset) = match source {
-                PageSource::Tsc { mul, add } => (MODE_TSC, 0, mul, add, 0),
-                PageSource::Pvclock { area, offset_ns } => (MODE_PVCLOCK, area, 0, 0, offset_ns),
-                PageSource::HypervPage { offset_ns } => (MODE_HYPERV, 0, 0, 0, offset_ns),
-                PageSource::AskKernel(r) => (MODE_ASK_KERNEL, r.code(), 0, 0, 0),
-            };
-            page.mode.store(mode, Relaxed);
-            page.arg.store(arg, Relaxed);
-            page.tsc_mul.store(mul, Relaxed);
-            page.tsc_add_lo.store(add as u64, Relaxed);
-            page.tsc_add_hi.store((add >> 64) as u64, Relaxed);
-            page.pv_offset_ns.store(offset, Relaxed);
-            page.boot_wall_ns
-                .store(p.boot_wall_ns.unwrap_or(0), Relaxed);
-            page.flags.store(
-                if p.boot_wall_ns.is_some() {
-                    FLAG_WALL_VALID
-                } else {
-                    0
-                },
-                Relaxed,
-            );
+            write_state(page, &Fields::of(source, p.boot_wall_ns), floor);
+        } else {
+            page.floor_ns.store(floor, Relaxed);
         }
-        page.floor_ns.store(floor, Relaxed);
         let seq = self.seq.wrapping_add(1);
         page.seq.store(seq, Release);
         self.open = false;
@@ -431,4 +474,58 @@ impl Drop for PageUpdate<'_> {
             self.close(None);
         }
     }
+}
+
+/// The seqlocked fields of one state, as the page encodes them.
+struct Fields {
+    mode: u32,
+    arg: u32,
+    mul: u64,
+    add: u128,
+    offset: u64,
+    wall: Option<u64>,
+}
+
+impl Fields {
+    /// A writer's first state: ask the kernel, nothing published.
+    const NOT_PUBLISHED: Fields = Fields {
+        mode: MODE_ASK_KERNEL,
+        arg: AskReason::NotPublished.code(),
+        mul: 0,
+        add: 0,
+        offset: 0,
+        wall: None,
+    };
+
+    fn of(source: PageSource, wall: Option<u64>) -> Fields {
+        let (mode, arg, mul, add, offset) = match source {
+            PageSource::Tsc { mul, add } => (MODE_TSC, 0, mul, add, 0),
+            PageSource::Pvclock { area, offset_ns } => (MODE_PVCLOCK, area, 0, 0, offset_ns),
+            PageSource::HypervPage { offset_ns } => (MODE_HYPERV, 0, 0, 0, offset_ns),
+            PageSource::AskKernel(r) => (MODE_ASK_KERNEL, r.code(), 0, 0, 0),
+        };
+        Fields {
+            mode,
+            arg,
+            mul,
+            add,
+            offset,
+            wall,
+        }
+    }
+}
+
+/// Stores a state and its floor (the sequence is odd: the caller's).
+fn write_state(page: &ClockPage, f: &Fields, floor: u64) {
+    use Ordering::Relaxed;
+    page.mode.store(f.mode, Relaxed);
+    page.arg.store(f.arg, Relaxed);
+    page.tsc_mul.store(f.mul, Relaxed);
+    page.tsc_add_lo.store(f.add as u64, Relaxed);
+    page.tsc_add_hi.store((f.add >> 64) as u64, Relaxed);
+    page.pv_offset_ns.store(f.offset, Relaxed);
+    page.boot_wall_ns.store(f.wall.unwrap_or(0), Relaxed);
+    page.flags
+        .store(if f.wall.is_some() { FLAG_WALL_VALID } else { 0 }, Relaxed);
+    page.floor_ns.store(floor, Relaxed);
 }
