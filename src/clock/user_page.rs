@@ -6,7 +6,7 @@
 //!
 //! | current source | page state |
 //! |---|---|
-//! | TSC in step across CPUs, faster than 1 GHz | `Tsc`: the clock's own line through (TSC now, clock now) |
+//! | TSC in step across CPUs, at any rate | `Tsc`: the clock's own line through (TSC now, clock now) (shift 0 above 1 GHz, `MODE_TSC_SHIFTED` at or below) |
 //! | kvmclock with a trusted stable bit | `Pvclock` on area 0, offset = the clock's offset for kvmclock |
 //! | Hyper-V reference page | `HypervPage`, offset = the clock's offset for the page |
 //! | TSC, kvmclock or the Hyper-V page only consistent per CPU (no trusted host or warp-test order) | `AskKernel(PerCpuOnly)` |
@@ -34,7 +34,7 @@
 //! - The TSC state is the line of the TSC backend's own map, through one
 //!   TSC sample and the map's value at it (no gap between reading the TSC
 //!   and the time, however long the CPU is stopped), with the page's
-//!   64.64 multiplier truncated from the same rate as the map's slope; the
+//!   fixed-point multiplier truncated from the same rate as the map's slope; the
 //!   pvclock and Hyper-V states carry the clock's own offset for the page.
 //!   (Without a backend map, the TSC line goes through the clock's reading
 //!   and a TSC read after it: user readings then trail the kernel's by
@@ -57,7 +57,7 @@
 use super::Clock;
 use crate::{SourceId, Verdict};
 use clockhal_core::Stability;
-use clockhal_user::{tsc_mul, AskReason, PageSource, PageUpdate, Publication};
+use clockhal_user::{AskReason, PageSource, PageUpdate, Publication, TscScale};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering;
 
@@ -104,13 +104,13 @@ impl<H: Hardware + Clone> Clock<H> {
         let offset = self.offsets[i].load(Ordering::Acquire);
         let source = match id {
             SourceId::Tsc if ordered => {
-                let mul = self
-                    .scale_of(i)
-                    .and_then(|s| tsc_mul(s.frequency().numerator(), s.frequency().denominator()));
-                match mul {
-                    Some(mul) => {
+                let scale = self.scale_of(i).and_then(|s| {
+                    TscScale::from_hz(s.frequency().numerator(), s.frequency().denominator())
+                });
+                match scale {
+                    Some(scale) => {
                         let (tsc, ns) = self.tsc_anchor(offset);
-                        PageSource::tsc_anchored(mul, tsc, ns)
+                        PageSource::tsc_scaled(scale, tsc, ns)
                     }
                     None => PageSource::AskKernel(AskReason::NotUserReadable),
                 }

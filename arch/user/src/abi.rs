@@ -33,6 +33,14 @@ pub const MODE_PVCLOCK: u32 = 2;
 /// `mode`: `clock_ns = hv_units(page) * 100 + pv_offset_ns` (wrapping).
 pub const MODE_HYPERV: u32 = 3;
 
+/// `mode`: `clock_ns = low64((tsc * tsc_mul + tsc_add) >> (64 - arg))`
+/// (128-bit, wrapping), `arg` the shift in `1..=63`: the TSC mode for a TSC
+/// at or below 1 GHz (one ns per tick or more), as Linux's vDSO scales any
+/// rate by `mult >> shift`. Readers that predate it ask the kernel
+/// ([`MODE_TSC`] pages, shift 0, are unchanged); a shift outside `1..=63`
+/// is a misconfigured page.
+pub const MODE_TSC_SHIFTED: u32 = 4;
+
 /// `flags` bit: `boot_wall_ns` is valid (`unix_ns = boot_wall_ns + clock_ns`).
 pub const FLAG_WALL_VALID: u32 = 1 << 0;
 
@@ -104,13 +112,16 @@ pub struct ClockPage {
     pub size: AtomicU32,
     /// 0x0C seqlock: odd while the kernel writes, +2 per publication.
     pub seq: AtomicU32,
-    /// 0x10 [`MODE_ASK_KERNEL`], [`MODE_TSC`], [`MODE_PVCLOCK`] or [`MODE_HYPERV`].
+    /// 0x10 [`MODE_ASK_KERNEL`], [`MODE_TSC`], [`MODE_PVCLOCK`], [`MODE_HYPERV`]
+    /// or [`MODE_TSC_SHIFTED`].
     pub mode: AtomicU32,
-    /// 0x14 mode argument: the [`AskReason`] code, or the pvclock area index.
+    /// 0x14 mode argument: the [`AskReason`] code, the pvclock area index,
+    /// or the [`MODE_TSC_SHIFTED`] shift.
     pub arg: AtomicU32,
     /// 0x18 monotonic floor: no reading of this state is below it (ns).
     pub floor_ns: AtomicU64,
-    /// 0x20 TSC mode: 64.64 fixed-point ns per tick.
+    /// 0x20 TSC modes: 64.64 fixed-point ns per tick (per `2^shift` ticks in
+    /// [`MODE_TSC_SHIFTED`]).
     pub tsc_mul: AtomicU64,
     /// 0x28 TSC mode: low half of the 128-bit addend.
     pub tsc_add_lo: AtomicU64,

@@ -2,24 +2,30 @@
 
 use crate::abi::{
     AskReason, ClockPage, WindowLayout, FLAG_WALL_VALID, MAGIC, MODE_ASK_KERNEL, MODE_HYPERV,
-    MODE_PVCLOCK, MODE_TSC, V1_SIZE, VERSION,
+    MODE_PVCLOCK, MODE_TSC, MODE_TSC_SHIFTED, V1_SIZE, VERSION,
 };
 use crate::paravirt::{HvReferenceTscPage, PvclockVcpuTimeInfo};
 use crate::reader::{PageError, UserClock};
 use crate::sync::{fence, Ordering};
-use crate::TscRead;
+use crate::{TscRead, TscScale};
 use core::fmt;
 
 /// What the page should map user reads onto.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PageSource {
-    /// `clock_ns = high64(tsc * mul + add)` (see [`tsc_map`](crate::tsc_map);
-    /// build it with [`PageSource::tsc_anchored`]). Needs a TSC faster than
-    /// 1 GHz (`mul` is below one ns per tick) that is synchronised across
-    /// CPUs.
+    /// `clock_ns = low64((tsc * mul + add) >> (64 - shift))` (see
+    /// [`tsc_map_scaled`](crate::tsc_map_scaled); build it with
+    /// [`PageSource::tsc_scaled`]), for a TSC at any rate
+    /// ([`TscScale::from_hz`]) that is synchronised across CPUs. Shift 0
+    /// (a TSC faster than 1 GHz) is the v1 TSC mode every reader knows;
+    /// other shifts need a reader that knows
+    /// [`MODE_TSC_SHIFTED`](crate::abi::MODE_TSC_SHIFTED) (older ones ask
+    /// the kernel).
     Tsc {
-        /// 64.64 fixed-point ns per tick ([`tsc_mul`]).
+        /// Fixed-point ns per tick, `64 - shift` fraction bits.
         mul: u64,
+        /// `0..=63` ([`PublishError::BadShift`] otherwise).
+        shift: u32,
         /// 128-bit addend.
         add: u128,
     },
@@ -49,23 +55,50 @@ impl PageSource {
     /// advances `mul / 2^64` ns per tick (exactly: `tsc_map(tsc, mul, add)
     /// == clock_ns`).
     ///
+    /// The shift-0 form, for a TSC above 1 GHz ([`tsc_scaled`](Self::tsc_scaled) serves any rate).
+    ///
+    /// Interrupt-safe: yes (pure arithmetic).
+    ///
     /// ```
     /// use clockhal_user::{tsc_map, tsc_mul, PageSource};
     /// let mul = tsc_mul(2_000_000_000, 1).unwrap(); // 2 GHz
-    /// let PageSource::Tsc { mul, add } = PageSource::tsc_anchored(mul, 5_000, 1_000_000) else { unreachable!() };
+    /// let PageSource::Tsc { mul, add, .. } = PageSource::tsc_anchored(mul, 5_000, 1_000_000) else { unreachable!() };
     /// assert_eq!(tsc_map(5_000, mul, add), 1_000_000);
     /// assert_eq!(tsc_map(7_000, mul, add), 1_001_000);
     /// ```
     pub const fn tsc_anchored(mul: u64, tsc: u64, clock_ns: u64) -> PageSource {
-        let add = ((clock_ns as u128) << 64).wrapping_sub(tsc as u128 * mul as u128);
-        PageSource::Tsc { mul, add }
+        PageSource::tsc_scaled(TscScale { mul, shift: 0 }, tsc, clock_ns)
+    }
+
+    /// [`tsc_anchored`](Self::tsc_anchored) at any rate: the mapping that
+    /// gives `clock_ns` at TSC value `tsc` and then advances
+    /// `scale.mul / 2^(64 - scale.shift)` ns per tick.
+    ///
+    /// ```
+    /// use clockhal_user::{tsc_map_scaled, PageSource, TscScale};
+    /// let scale = TscScale::from_hz(999_999_975, 1).unwrap();
+    /// let PageSource::Tsc { mul, shift, add } = PageSource::tsc_scaled(scale, 5_000, 1_000_000) else { unreachable!() };
+    /// assert_eq!(tsc_map_scaled(5_000, TscScale { mul, shift }, add), 1_000_000);
+    /// assert_eq!(tsc_map_scaled(1_005_000, scale, add), 2_000_000); // 1.000000025 ms, truncated
+    /// ```
+    ///
+    /// Interrupt-safe: yes (pure arithmetic).
+    pub const fn tsc_scaled(scale: TscScale, tsc: u64, clock_ns: u64) -> PageSource {
+        let shift = scale.shift & 63;
+        let add =
+            ((clock_ns as u128) << (64 - shift)).wrapping_sub(tsc as u128 * scale.mul as u128);
+        PageSource::Tsc {
+            mul: scale.mul,
+            shift: scale.shift,
+            add,
+        }
     }
 }
 
 /// The 64.64 fixed-point ns-per-tick multiplier of a TSC running at
 /// `num / den` Hz: `floor(10^9 · 2^64 · den / num)`, exact. `None` unless
-/// the rate is above 1 GHz (the TSC mode needs less than 1 ns per tick) and
-/// `den != 0`.
+/// the rate is above 1 GHz and `den != 0`: the shift-0 scale (slower TSCs
+/// need [`TscScale::from_hz`]).
 ///
 /// ```
 /// use clockhal_user::tsc_mul;
@@ -121,6 +154,8 @@ pub enum PublishError {
     NoSuchArea(u32),
     /// A Hyper-V state, but the window maps no Hyper-V page.
     HypervNotMapped,
+    /// `Tsc { shift }` above 63.
+    BadShift(u32),
 }
 
 impl fmt::Display for PublishError {
@@ -130,6 +165,7 @@ impl fmt::Display for PublishError {
             PublishError::ZeroMultiplier => f.write_str("TSC multiplier 0"),
             PublishError::NoSuchArea(a) => write!(f, "pvclock area {a} not in the window"),
             PublishError::HypervNotMapped => f.write_str("no Hyper-V page in the window"),
+            PublishError::BadShift(s) => write!(f, "TSC shift {s} above 63"),
         }
     }
 }
@@ -377,6 +413,7 @@ impl<'a> ClockPageWriter<'a> {
     fn check(&self, source: PageSource) -> Result<(), PublishError> {
         match source {
             PageSource::Tsc { mul: 0, .. } => Err(PublishError::ZeroMultiplier),
+            PageSource::Tsc { shift, .. } if shift > 63 => Err(PublishError::BadShift(shift)),
             PageSource::Pvclock { area, .. } if area as usize >= self.view.pvclock_len() => {
                 Err(PublishError::NoSuchArea(area))
             }
@@ -499,7 +536,8 @@ impl Fields {
 
     fn of(source: PageSource, wall: Option<u64>) -> Fields {
         let (mode, arg, mul, add, offset) = match source {
-            PageSource::Tsc { mul, add } => (MODE_TSC, 0, mul, add, 0),
+            PageSource::Tsc { mul, shift: 0, add } => (MODE_TSC, 0, mul, add, 0),
+            PageSource::Tsc { mul, shift, add } => (MODE_TSC_SHIFTED, shift, mul, add, 0),
             PageSource::Pvclock { area, offset_ns } => (MODE_PVCLOCK, area, 0, 0, offset_ns),
             PageSource::HypervPage { offset_ns } => (MODE_HYPERV, 0, 0, 0, offset_ns),
             PageSource::AskKernel(r) => (MODE_ASK_KERNEL, r.code(), 0, 0, 0),

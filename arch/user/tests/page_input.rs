@@ -258,6 +258,7 @@ fn readers_never_see_a_torn_value_while_the_page_is_taken_back() {
     // reaches the high half), with floor k ms.
     let state = |k: u64| PageSource::Tsc {
         mul: 1,
+        shift: 0,
         add: ((k * 1_000_000) as u128) << 64,
     };
     let stop = AtomicBool::new(false);
