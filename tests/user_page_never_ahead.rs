@@ -157,3 +157,33 @@ fn several_threads_never_read_ahead_across_forced_switches() {
         "the page never answered a user read"
     );
 }
+
+/// A host update the kernel rejects (kvmclock's `system_time` 10 s ahead,
+/// stable flag kept) must not reach user programs ahead of the kernel
+/// either: the page maps the raw area, which the kernel's read path checks
+/// and user code cannot.
+#[test]
+fn a_host_update_the_kernel_rejects_never_puts_user_time_ahead() {
+    let (m, c, view) = setup(0, 0, 0);
+    assert_eq!(c.source_id(), SourceId::Kvmclock);
+    let worst = AtomicU64::new(0);
+    m.advance(1_000_000);
+    assert!(check_once(m, c, &view, &worst), "the page maps kvmclock");
+    m.with_kvm(|k, ctx| {
+        let t = k.next_update(ctx, 0);
+        k.publish(
+            ctx,
+            0,
+            clockhal_sim::PvclockUpdate {
+                system_time: t.system_time + 10_000_000_000,
+                ..t
+            },
+        );
+    });
+    for _ in 0..20 {
+        m.advance(1_000_000);
+        // The kernel's read first: it sees (and rejects) the jump.
+        let _ = c.now();
+        check_once(m, c, &view, &worst);
+    }
+}

@@ -44,15 +44,15 @@
 //! (a process that read after the kernel's last reading before the
 //! suspend may see its own clock continue a little below its last
 //! reading; see `publish_after_restore_with`); and a source the watchdog
-//! finds faulty is switched away from at its next tick, and the switch
-//! republishes; until
-//! then user programs read the raw page, which the kernel's read path
-//! checks and user code does not (the reader's own plausibility checks
-//! still apply). So a host update the kernel rejected (a jump ahead) can
-//! reach user programs before that switch, and the next publication's
-//! floor keeps them there: user time then stays ahead of the kernel's by
-//! that jump until the kernel's clock passes it (never backwards, but not
-//! bounded ahead).
+//! or the read path finds faulty keeps its page state until the kernel
+//! switches away from it (its next read or tick), so a host update the
+//! kernel rejects (a jump ahead) reaches user programs that read the raw
+//! page before the kernel does (the reader's own plausibility checks
+//! still apply). The publication that follows does not carry it on: every
+//! publication's floor is capped at a kernel reading taken after the page
+//! was opened (`PageUpdate::publish_at_most`), so user time starts the new
+//! state at or below the kernel's, and a program's stateless readings may
+//! step back to it (a `ClockReader` keeps its own last value).
 
 use super::Clock;
 use crate::{SourceId, Verdict};
@@ -136,6 +136,12 @@ impl<H: Hardware + Clone> Clock<H> {
         } else {
             PageSource::AskKernel(AskReason::NoClock)
         };
+        // A kernel reading after the opening: above every user reading of
+        // the replaced state that the kernel's checks accept, and the cap
+        // of the floor the page carries on (a host update the kernel
+        // rejected, which user programs could read raw until now, does not
+        // put user time ahead of the kernel's; principle of issue 26 §3).
+        let _ = self.now_ns();
         let p = Publication {
             source,
             floor_ns: self.high_water(),
@@ -144,7 +150,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 .load(Ordering::Acquire)
                 .then(|| self.unix_offset.load(Ordering::Acquire)),
         };
-        let _ = update.publish(&p);
+        let _ = update.publish_at_most(&p, p.floor_ns);
     }
 
     /// A TSC value and the clock's time at it, for the page's TSC line:

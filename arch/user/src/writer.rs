@@ -477,6 +477,31 @@ impl PageUpdate<'_> {
         outcome.map(|()| published)
     }
 
+    /// [`publish`](Self::publish), with the floor carried from the
+    /// replaced state capped at `ceiling_ns`: the floor becomes
+    /// `max(p.floor_ns, min(floor_ns(), ceiling_ns))`.
+    ///
+    /// For a kernel whose clock checks its source and may reject what the
+    /// page mapped (a host update jumping ahead): user programs read the
+    /// raw page until the kernel republishes, and folding what they could
+    /// read into the new floor would keep user time ahead of the kernel's
+    /// for as long as the jump. Pass the kernel clock's own reading, taken
+    /// after the update was opened (above every reading of the replaced
+    /// state the kernel accepts), and user time starts the new state at
+    /// most there. A user program that read the rejected values may see
+    /// its stateless readings step back to the kernel's
+    /// ([`ClockReader`](crate::ClockReader) keeps its own, never less).
+    ///
+    /// Interrupt-safe: yes (lock-free stores).
+    pub fn publish_at_most(
+        mut self,
+        p: &Publication,
+        ceiling_ns: u64,
+    ) -> Result<Published, PublishError> {
+        self.floor = self.floor.min(ceiling_ns);
+        self.publish(p)
+    }
+
     /// Closes the page with its old state unchanged (under the raised
     /// floor): what dropping the update does.
     pub fn cancel(mut self) -> Published {
