@@ -6,7 +6,7 @@
 //!
 //! | current source | page state |
 //! |---|---|
-//! | TSC in step across CPUs, faster than 1 GHz | `Tsc`: the clock's own line through (TSC now, clock now) |
+//! | TSC in step across CPUs, at any rate | `Tsc`: the clock's own line through (TSC now, clock now) (shift 0 above 1 GHz, `MODE_TSC_SHIFTED` at or below) |
 //! | kvmclock with a trusted stable bit | `Pvclock` on area 0, offset = the clock's offset for kvmclock |
 //! | Hyper-V reference page | `HypervPage`, offset = the clock's offset for the page |
 //! | TSC, kvmclock or the Hyper-V page only consistent per CPU (no trusted host or warp-test order) | `AskKernel(PerCpuOnly)` |
@@ -34,7 +34,7 @@
 //! - The TSC state is the line of the TSC backend's own map, through one
 //!   TSC sample and the map's value at it (no gap between reading the TSC
 //!   and the time, however long the CPU is stopped), with the page's
-//!   64.64 multiplier truncated from the same rate as the map's slope; the
+//!   fixed-point multiplier truncated from the same rate as the map's slope; the
 //!   pvclock and Hyper-V states carry the clock's own offset for the page.
 //!   (Without a backend map, the TSC line goes through the clock's reading
 //!   and a TSC read after it: user readings then trail the kernel's by
@@ -44,20 +44,20 @@
 //! (a process that read after the kernel's last reading before the
 //! suspend may see its own clock continue a little below its last
 //! reading; see `publish_after_restore_with`); and a source the watchdog
-//! finds faulty is switched away from at its next tick, and the switch
-//! republishes; until
-//! then user programs read the raw page, which the kernel's read path
-//! checks and user code does not (the reader's own plausibility checks
-//! still apply). So a host update the kernel rejected (a jump ahead) can
-//! reach user programs before that switch, and the next publication's
-//! floor keeps them there: user time then stays ahead of the kernel's by
-//! that jump until the kernel's clock passes it (never backwards, but not
-//! bounded ahead).
+//! or the read path finds faulty keeps its page state until the kernel
+//! switches away from it (its next read or tick), so a host update the
+//! kernel rejects (a jump ahead) reaches user programs that read the raw
+//! page before the kernel does (the reader's own plausibility checks
+//! still apply). The publication that follows does not carry it on: every
+//! publication's floor is capped at a kernel reading taken after the page
+//! was opened (`PageUpdate::publish_at_most`), so user time starts the new
+//! state at or below the kernel's, and a program's stateless readings may
+//! step back to it (a `ClockReader` keeps its own last value).
 
 use super::Clock;
 use crate::{SourceId, Verdict};
 use clockhal_core::Stability;
-use clockhal_user::{tsc_mul, AskReason, PageSource, PageUpdate, Publication};
+use clockhal_user::{AskReason, PageSource, PageUpdate, Publication, TscScale};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering;
 
@@ -106,13 +106,13 @@ impl<H: Hardware + Clone> Clock<H> {
         let offset = self.offsets[i].load(Ordering::Acquire);
         let source = match id {
             SourceId::Tsc if ordered => {
-                let mul = self
-                    .scale_of(i)
-                    .and_then(|s| tsc_mul(s.frequency().numerator(), s.frequency().denominator()));
-                match mul {
-                    Some(mul) => {
+                let scale = self.scale_of(i).and_then(|s| {
+                    TscScale::from_hz(s.frequency().numerator(), s.frequency().denominator())
+                });
+                match scale {
+                    Some(scale) => {
                         let (tsc, ns) = self.tsc_anchor(offset);
-                        PageSource::tsc_anchored(mul, tsc, ns)
+                        PageSource::tsc_scaled(scale, tsc, ns)
                     }
                     None => PageSource::AskKernel(AskReason::NotUserReadable),
                 }
@@ -138,6 +138,12 @@ impl<H: Hardware + Clone> Clock<H> {
         } else {
             PageSource::AskKernel(AskReason::NoClock)
         };
+        // A kernel reading after the opening: above every user reading of
+        // the replaced state that the kernel's checks accept, and the cap
+        // of the floor the page carries on (a host update the kernel
+        // rejected, which user programs could read raw until now, does not
+        // put user time ahead of the kernel's; principle of issue 26 §3).
+        let _ = self.now_ns();
         let p = Publication {
             source,
             floor_ns: self.high_water(),
@@ -146,7 +152,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 .load(Ordering::Acquire)
                 .then(|| self.unix_offset.load(Ordering::Acquire)),
         };
-        let _ = update.publish(&p);
+        let _ = update.publish_at_most(&p, p.floor_ns);
     }
 
     /// A TSC value and the clock's time at it, for the page's TSC line:

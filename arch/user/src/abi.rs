@@ -17,6 +17,8 @@ pub const VERSION: u32 = 1;
 pub const V1_SIZE: u32 = 0x60;
 /// The page size (and alignment).
 pub const PAGE_SIZE: usize = 4096;
+/// Most pages a clock window spans (the clock page included).
+pub const MAX_WINDOW_PAGES: u32 = 64;
 /// Most pvclock areas one window page holds (4096 / 32).
 pub const MAX_PVCLOCK_AREAS: u32 = (PAGE_SIZE / 32) as u32;
 
@@ -30,6 +32,14 @@ pub const MODE_TSC: u32 = 1;
 pub const MODE_PVCLOCK: u32 = 2;
 /// `mode`: `clock_ns = hv_units(page) * 100 + pv_offset_ns` (wrapping).
 pub const MODE_HYPERV: u32 = 3;
+
+/// `mode`: `clock_ns = low64((tsc * tsc_mul + tsc_add) >> (64 - arg))`
+/// (128-bit, wrapping), `arg` the shift in `1..=63`: the TSC mode for a TSC
+/// at or below 1 GHz (one ns per tick or more), as Linux's vDSO scales any
+/// rate by `mult >> shift`. Readers that predate it ask the kernel
+/// ([`MODE_TSC`] pages, shift 0, are unchanged); a shift outside `1..=63`
+/// is a misconfigured page.
+pub const MODE_TSC_SHIFTED: u32 = 4;
 
 /// `flags` bit: `boot_wall_ns` is valid (`unix_ns = boot_wall_ns + clock_ns`).
 pub const FLAG_WALL_VALID: u32 = 1 << 0;
@@ -104,13 +114,16 @@ pub struct ClockPage {
     pub size: AtomicU32,
     /// 0x0C seqlock: odd while the kernel writes, +2 per publication.
     pub seq: AtomicU32,
-    /// 0x10 [`MODE_ASK_KERNEL`], [`MODE_TSC`], [`MODE_PVCLOCK`] or [`MODE_HYPERV`].
+    /// 0x10 [`MODE_ASK_KERNEL`], [`MODE_TSC`], [`MODE_PVCLOCK`], [`MODE_HYPERV`]
+    /// or [`MODE_TSC_SHIFTED`].
     pub mode: AtomicU32,
-    /// 0x14 mode argument: the [`AskReason`] code, or the pvclock area index.
+    /// 0x14 mode argument: the [`AskReason`] code, the pvclock area index,
+    /// or the [`MODE_TSC_SHIFTED`] shift.
     pub arg: AtomicU32,
     /// 0x18 monotonic floor: no reading of this state is below it (ns).
     pub floor_ns: AtomicU64,
-    /// 0x20 TSC mode: 64.64 fixed-point ns per tick.
+    /// 0x20 TSC modes: 64.64 fixed-point ns per tick (per `2^shift` ticks in
+    /// [`MODE_TSC_SHIFTED`]).
     pub tsc_mul: AtomicU64,
     /// 0x28 TSC mode: low half of the 128-bit addend.
     pub tsc_add_lo: AtomicU64,
@@ -223,9 +236,12 @@ impl WindowLayout {
         hyperv_page: 0,
     };
 
-    /// Pages in the window: the clock page plus the highest mapped index.
-    /// Interrupt-safe: yes.
-    pub const fn pages(&self) -> u32 {
+    /// Pages in the window: the clock page plus the highest mapped index;
+    /// `None` when that does not fit a `u32` (an index of `u32::MAX`: no
+    /// such window exists). Checked: the indices are page input.
+    ///
+    /// Interrupt-safe: yes (pure arithmetic).
+    pub const fn pages(&self) -> Option<u32> {
         let mut last = 0;
         if self.pvclock_page > last {
             last = self.pvclock_page;
@@ -233,17 +249,25 @@ impl WindowLayout {
         if self.hyperv_page > last {
             last = self.hyperv_page;
         }
-        last + 1
+        last.checked_add(1)
     }
 
     /// Whether the layout is one a reader accepts: mapped pages distinct,
-    /// area count within a page, no count without a page.
-    /// Interrupt-safe: yes.
+    /// area count within a page, no count without a page, at most
+    /// [`MAX_WINDOW_PAGES`] pages.
+    ///
+    /// Interrupt-safe: yes (pure arithmetic).
     pub const fn is_valid(&self) -> bool {
         let pv = self.pvclock_page != 0;
         if self.pvclock_areas > MAX_PVCLOCK_AREAS || (!pv && self.pvclock_areas != 0) {
             return false;
         }
-        !(pv && self.pvclock_page == self.hyperv_page) && self.pages() <= 64
+        if pv && self.pvclock_page == self.hyperv_page {
+            return false;
+        }
+        match self.pages() {
+            Some(pages) => pages <= MAX_WINDOW_PAGES,
+            None => false,
+        }
     }
 }

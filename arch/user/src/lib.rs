@@ -13,7 +13,8 @@ mod writer;
 
 pub use abi::{AskReason, ClockPage, WindowLayout};
 pub use reader::{
-    tsc_map, AskKernel, ClockReader, PageError, Reading, Source, UserClock, READ_ATTEMPTS,
+    tsc_map, tsc_map_scaled, AskKernel, ClockReader, PageError, Reading, Source, TscScale,
+    UserClock, READ_ATTEMPTS,
 };
 pub use tsc::TscRead;
 pub use writer::{

@@ -4,7 +4,7 @@
 
 use crate::abi::{
     AskReason, ClockPage, WindowLayout, FLAG_WALL_VALID, MAGIC, MODE_ASK_KERNEL, MODE_HYPERV,
-    MODE_PVCLOCK, MODE_TSC, PAGE_SIZE, V1_SIZE, VERSION,
+    MODE_PVCLOCK, MODE_TSC, MODE_TSC_SHIFTED, PAGE_SIZE, V1_SIZE, VERSION,
 };
 use crate::paravirt::{
     hv_units, pvclock_ns, HvReferenceTscPage, PageFault, PvclockVcpuTimeInfo, HV_NS_PER_UNIT,
@@ -208,7 +208,18 @@ impl<'a> UserClock<'a> {
         // and atomics may be shared with a concurrent writer.
         let page: &'static ClockPage = unsafe { &*(base as *const ClockPage) };
         let header = Header::load(page)?;
-        let at = |index: u32| base + index as usize * PAGE_SIZE;
+        // Checked: a window at the top of the address space must not wrap
+        // to low memory (the indices are below `MAX_WINDOW_PAGES` here).
+        let at = |index: u32| {
+            (index as usize)
+                .checked_mul(PAGE_SIZE)
+                .and_then(|off| base.checked_add(off))
+                .ok_or(PageError::BadWindow)
+        };
+        let (pv_at, hv_at) = (
+            at(header.layout.pvclock_page)?,
+            at(header.layout.hyperv_page)?,
+        );
         let pvclock: &'static [PvclockVcpuTimeInfo] = if header.layout.pvclock_page == 0 {
             &[]
         } else {
@@ -218,7 +229,7 @@ impl<'a> UserClock<'a> {
             // page-aligned start; any bit pattern is valid for these atomics.
             unsafe {
                 core::slice::from_raw_parts(
-                    at(header.layout.pvclock_page) as *const PvclockVcpuTimeInfo,
+                    pv_at as *const PvclockVcpuTimeInfo,
                     header.layout.pvclock_areas as usize,
                 )
             }
@@ -228,7 +239,7 @@ impl<'a> UserClock<'a> {
         } else {
             // SAFETY: as above, for the page-aligned Hyper-V page the header
             // names.
-            Some(unsafe { &*(at(header.layout.hyperv_page) as *const HvReferenceTscPage) })
+            Some(unsafe { &*(hv_at as *const HvReferenceTscPage) })
         };
         Ok(UserClock {
             page,
@@ -405,6 +416,19 @@ impl<'a> UserClock<'a> {
         use Ordering::Relaxed;
         let p = self.page;
         match mode {
+            MODE_TSC_SHIFTED => {
+                let shift = p.arg.load(Relaxed);
+                if !(1..=63).contains(&shift) {
+                    return Err(AskKernel::Page(AskReason::Misconfigured));
+                }
+                let scale = TscScale {
+                    mul: p.tsc_mul.load(Relaxed),
+                    shift,
+                };
+                let add = ((p.tsc_add_hi.load(Relaxed) as u128) << 64)
+                    | p.tsc_add_lo.load(Relaxed) as u128;
+                Ok((tsc_map_scaled(rdtsc(), scale, add), Source::Tsc))
+            }
             MODE_PVCLOCK => {
                 let offset = p.pv_offset_ns.load(Relaxed);
                 let area = self
@@ -440,6 +464,73 @@ impl<'a> UserClock<'a> {
 #[inline(always)]
 pub const fn tsc_map(tsc: u64, mul: u64, add: u128) -> u64 {
     ((tsc as u128 * mul as u128).wrapping_add(add) >> 64) as u64
+}
+
+/// A TSC rate as the page's TSC modes encode it: `clock_ns` advances
+/// `mul / 2^(64 - shift)` ns per tick. Build it with
+/// [`TscScale::from_hz`]; `shift` is 0 for a TSC faster than 1 GHz
+/// ([`MODE_TSC`](crate::abi::MODE_TSC), every reader) and the smallest
+/// that keeps `mul` below `2^64` otherwise
+/// ([`MODE_TSC_SHIFTED`](crate::abi::MODE_TSC_SHIFTED)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TscScale {
+    /// Fixed-point ns per tick, `64 - shift` fraction bits.
+    pub mul: u64,
+    /// `0..=63`.
+    pub shift: u32,
+}
+
+impl TscScale {
+    /// The scale of a TSC at `num / den` Hz: the smallest `shift` with
+    /// `10^9 · den < num · 2^shift`, and `mul = floor(10^9 · den ·
+    /// 2^(64 - shift) / num)` (truncated: the page's line never runs faster
+    /// than the rate). `None` for `num == 0`, `den == 0`, or a rate so slow
+    /// (under about 1 Hz: 2^63 ns per tick) that no shift fits.
+    ///
+    /// ```
+    /// use clockhal_user::{tsc_mul, TscScale};
+    /// let two_ghz = TscScale::from_hz(2_000_000_000, 1).unwrap();
+    /// assert_eq!(two_ghz, TscScale { mul: tsc_mul(2_000_000_000, 1).unwrap(), shift: 0 });
+    /// // 1 GHz: one ns per tick, as 2^63 with one bit of shift.
+    /// assert_eq!(TscScale::from_hz(1_000_000_000, 1), Some(TscScale { mul: 1 << 63, shift: 1 }));
+    /// assert!(TscScale::from_hz(999_999_975, 1).is_some());
+    /// assert_eq!(TscScale::from_hz(0, 1), None);
+    /// ```
+    ///
+    /// Interrupt-safe: yes (pure arithmetic).
+    pub const fn from_hz(num: u64, den: u64) -> Option<TscScale> {
+        if num == 0 || den == 0 {
+            return None;
+        }
+        let a = 1_000_000_000u128 * den as u128; // < 2^94
+        let mut shift = 0;
+        while shift < 64 {
+            if a < (num as u128) << shift {
+                // a < num · 2^shift, so a · 2^(64 - shift) < num · 2^64 < 2^128
+                // and the quotient is below 2^64.
+                let mul = ((a << (64 - shift)) / num as u128) as u64;
+                return Some(TscScale { mul, shift });
+            }
+            shift += 1;
+        }
+        None
+    }
+}
+
+/// [`tsc_map`] with a shift: `low64((tsc * mul + add) >> (64 - shift))`,
+/// 128-bit wrapping (`shift` is taken modulo 64).
+///
+/// ```
+/// use clockhal_user::{tsc_map_scaled, TscScale};
+/// let s = TscScale::from_hz(500_000_000, 1).unwrap(); // 2 ns per tick
+/// assert_eq!(tsc_map_scaled(1_000, s, 0), 2_000);
+/// ```
+///
+/// Interrupt-safe: yes (pure arithmetic).
+#[inline(always)]
+pub const fn tsc_map_scaled(tsc: u64, scale: TscScale, add: u128) -> u64 {
+    let x = (tsc as u128 * scale.mul as u128).wrapping_add(add);
+    (x >> (64 - (scale.shift & 63))) as u64
 }
 
 /// One consistent sample of a state, before the floor is applied.
@@ -497,8 +588,10 @@ impl Header {
             pvclock_areas: page.pvclock_areas.load(Relaxed),
             hyperv_page: page.hyperv_page.load(Relaxed),
         };
-        if !layout.is_valid() || layout.pages() > page.window_pages.load(Relaxed) {
-            return Err(PageError::BadWindow);
+        // `pages()` is `Some` for a valid layout; checked all the same.
+        match layout.pages() {
+            Some(pages) if layout.is_valid() && pages <= page.window_pages.load(Relaxed) => {}
+            _ => return Err(PageError::BadWindow),
         }
         Ok(Header { tsc, layout })
     }

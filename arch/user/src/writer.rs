@@ -2,24 +2,30 @@
 
 use crate::abi::{
     AskReason, ClockPage, WindowLayout, FLAG_WALL_VALID, MAGIC, MODE_ASK_KERNEL, MODE_HYPERV,
-    MODE_PVCLOCK, MODE_TSC, V1_SIZE, VERSION,
+    MODE_PVCLOCK, MODE_TSC, MODE_TSC_SHIFTED, V1_SIZE, VERSION,
 };
 use crate::paravirt::{HvReferenceTscPage, PvclockVcpuTimeInfo};
 use crate::reader::{PageError, UserClock};
 use crate::sync::{fence, Ordering};
-use crate::TscRead;
+use crate::{TscRead, TscScale};
 use core::fmt;
 
 /// What the page should map user reads onto.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PageSource {
-    /// `clock_ns = high64(tsc * mul + add)` (see [`tsc_map`](crate::tsc_map);
-    /// build it with [`PageSource::tsc_anchored`]). Needs a TSC faster than
-    /// 1 GHz (`mul` is below one ns per tick) that is synchronised across
-    /// CPUs.
+    /// `clock_ns = low64((tsc * mul + add) >> (64 - shift))` (see
+    /// [`tsc_map_scaled`](crate::tsc_map_scaled); build it with
+    /// [`PageSource::tsc_scaled`]), for a TSC at any rate
+    /// ([`TscScale::from_hz`]) that is synchronised across CPUs. Shift 0
+    /// (a TSC faster than 1 GHz) is the v1 TSC mode every reader knows;
+    /// other shifts need a reader that knows
+    /// [`MODE_TSC_SHIFTED`](crate::abi::MODE_TSC_SHIFTED) (older ones ask
+    /// the kernel).
     Tsc {
-        /// 64.64 fixed-point ns per tick ([`tsc_mul`]).
+        /// Fixed-point ns per tick, `64 - shift` fraction bits.
         mul: u64,
+        /// `0..=63` ([`PublishError::BadShift`] otherwise).
+        shift: u32,
         /// 128-bit addend.
         add: u128,
     },
@@ -50,23 +56,51 @@ impl PageSource {
     /// == clock_ns`).
     /// Interrupt-safe: yes.
     ///
+    /// The shift-0 form, for a TSC above 1 GHz ([`tsc_scaled`](Self::tsc_scaled) serves any rate).
+    ///
+    /// Interrupt-safe: yes (pure arithmetic).
+    ///
     /// ```
     /// use clockhal_user::{tsc_map, tsc_mul, PageSource};
     /// let mul = tsc_mul(2_000_000_000, 1).unwrap(); // 2 GHz
-    /// let PageSource::Tsc { mul, add } = PageSource::tsc_anchored(mul, 5_000, 1_000_000) else { unreachable!() };
+    /// let PageSource::Tsc { mul, add, .. } = PageSource::tsc_anchored(mul, 5_000, 1_000_000) else { unreachable!() };
     /// assert_eq!(tsc_map(5_000, mul, add), 1_000_000);
     /// assert_eq!(tsc_map(7_000, mul, add), 1_001_000);
     /// ```
     pub const fn tsc_anchored(mul: u64, tsc: u64, clock_ns: u64) -> PageSource {
-        let add = ((clock_ns as u128) << 64).wrapping_sub(tsc as u128 * mul as u128);
-        PageSource::Tsc { mul, add }
+        PageSource::tsc_scaled(TscScale { mul, shift: 0 }, tsc, clock_ns)
+    }
+
+    /// [`tsc_anchored`](Self::tsc_anchored) at any rate: the mapping that
+    /// gives `clock_ns` at TSC value `tsc` and then advances
+    /// `scale.mul / 2^(64 - scale.shift)` ns per tick.
+    ///
+    /// ```
+    /// use clockhal_user::{tsc_map_scaled, PageSource, TscScale};
+    /// let scale = TscScale::from_hz(999_999_975, 1).unwrap();
+    /// let PageSource::Tsc { mul, shift, add } = PageSource::tsc_scaled(scale, 5_000, 1_000_000) else { unreachable!() };
+    /// assert_eq!(tsc_map_scaled(5_000, TscScale { mul, shift }, add), 1_000_000);
+    /// assert_eq!(tsc_map_scaled(1_005_000, scale, add), 2_000_000); // 1.000000025 ms, truncated
+    /// ```
+    ///
+    /// Interrupt-safe: yes (pure arithmetic).
+    pub const fn tsc_scaled(scale: TscScale, tsc: u64, clock_ns: u64) -> PageSource {
+        let shift = scale.shift & 63;
+        let add =
+            ((clock_ns as u128) << (64 - shift)).wrapping_sub(tsc as u128 * scale.mul as u128);
+        PageSource::Tsc {
+            mul: scale.mul,
+            shift: scale.shift,
+            add,
+        }
     }
 }
 
 /// The 64.64 fixed-point ns-per-tick multiplier of a TSC running at
 /// `num / den` Hz: `floor(10^9 · 2^64 · den / num)`, exact. `None` unless
-/// the rate is above 1 GHz (the TSC mode needs less than 1 ns per tick) and
-/// `den != 0`.
+/// the rate is above 1 GHz and `den != 0`: the shift-0 scale (slower TSCs
+/// need [`TscScale::from_hz`]).
+///
 /// Interrupt-safe: yes.
 ///
 /// ```
@@ -123,6 +157,8 @@ pub enum PublishError {
     NoSuchArea(u32),
     /// A Hyper-V state, but the window maps no Hyper-V page.
     HypervNotMapped,
+    /// `Tsc { shift }` above 63.
+    BadShift(u32),
 }
 
 impl fmt::Display for PublishError {
@@ -132,6 +168,7 @@ impl fmt::Display for PublishError {
             PublishError::ZeroMultiplier => f.write_str("TSC multiplier 0"),
             PublishError::NoSuchArea(a) => write!(f, "pvclock area {a} not in the window"),
             PublishError::HypervNotMapped => f.write_str("no Hyper-V page in the window"),
+            PublishError::BadShift(s) => write!(f, "TSC shift {s} above 63"),
         }
     }
 }
@@ -150,14 +187,23 @@ pub struct ClockPageWriter<'a> {
 
 impl<'a> ClockPageWriter<'a> {
     /// Writes the page header (magic, version, size, TSC read method, window
-    /// layout) and returns the writer. Call it before the page is mapped
-    /// into any process; the page's state (sequence, floor, mode) is kept,
-    /// so a zeroed frame starts as "ask the kernel: not published".
+    /// layout), takes the page's state back, and returns the writer. Call
+    /// it before the page is mapped into any process.
+    ///
+    /// The writer owns the frame from here: whatever it held before (a
+    /// zeroed frame, a previous boot's page, a frame reused after a crash
+    /// mid-update with an odd sequence, garbage), its state becomes "ask
+    /// the kernel: not published" with floor 0, published through the
+    /// seqlock (sequence odd, fields, sequence even and past any value a
+    /// reader could have sampled), so no reader sees it torn and nothing
+    /// from the old contents (a floor, a mapping) survives to put user time
+    /// ahead of the kernel's.
     ///
     /// `pvclock` are the areas at `layout.pvclock_page` (as many as
     /// `layout.pvclock_areas`) and `hyperv` the page at
     /// `layout.hyperv_page`, in the kernel's own mapping.
-    /// Interrupt-safe: yes.
+    ///
+    /// Interrupt-safe: yes (lock-free stores), though it belongs in setup.
     pub fn new(
         page: &'a ClockPage,
         layout: WindowLayout,
@@ -165,14 +211,22 @@ impl<'a> ClockPageWriter<'a> {
         hyperv: Option<&'a HvReferenceTscPage>,
         tsc: TscRead,
     ) -> Result<ClockPageWriter<'a>, PageError> {
-        use Ordering::{Relaxed, Release};
-        if !layout.is_valid() {
+        use Ordering::{Acquire, Relaxed, Release};
+        let Some(pages) = layout.pages().filter(|_| layout.is_valid()) else {
             return Err(PageError::BadWindow);
+        };
+        // Odd from here (an odd sequence stays as it is: a dead update's).
+        let odd = page.seq.fetch_or(1, Acquire) | 1;
+        fence(Release);
+        write_state(page, &Fields::NOT_PUBLISHED, 0);
+        for r in &page.reserved {
+            r.store(0, Relaxed);
         }
+        page.seq.store(odd.wrapping_add(1), Release);
         page.version.store(VERSION, Relaxed);
         page.size.store(V1_SIZE, Relaxed);
         page.tsc_read.store(tsc.code(), Relaxed);
-        page.window_pages.store(layout.pages(), Relaxed);
+        page.window_pages.store(pages, Relaxed);
         page.pvclock_page.store(layout.pvclock_page, Relaxed);
         page.pvclock_areas.store(layout.pvclock_areas, Relaxed);
         page.hyperv_page.store(layout.hyperv_page, Relaxed);
@@ -282,6 +336,54 @@ impl<'a> ClockPageWriter<'a> {
         self.open(floor_ns, || 0, false)
     }
 
+    /// Takes the page back from an update that will never be closed (a
+    /// [`PageUpdate`] leaked with `mem::forget`, a writer stopped for good
+    /// mid-update) and opens it for this update: what [`begin`](Self::begin)
+    /// does, but never [`PublishError::Busy`].
+    ///
+    /// Only for a kernel whose publications are serialised (under its
+    /// clock's lock): a `Busy` there means no other update is in progress,
+    /// only a dead one. Taking the page from a *live* update would let the
+    /// two writers' fields interleave.
+    ///
+    /// If the page was odd, nothing it holds is read (the dead update may
+    /// have half written the state and the floor): the floor is
+    /// `floor_ns`, so pass the kernel clock's reading now (every user
+    /// reading of the state before the dead update is at most that, for a
+    /// page that was never ahead of the kernel). If it was even, this is
+    /// [`begin_with`](Self::begin_with).
+    ///
+    /// Interrupt-safe: yes (lock-free; never waits), but only where the
+    /// interrupted code cannot be inside an update of this page.
+    pub fn reclaim_with(&self, floor_ns: u64, rdtsc: impl FnMut() -> u64) -> PageUpdate<'a> {
+        use Ordering::{Acquire, Relaxed, Release};
+        let page = self.view.page();
+        let prev = page.seq.fetch_or(1, Acquire);
+        fence(Release);
+        let floor = if prev & 1 == 0 {
+            self.fold(page.floor_ns.load(Relaxed).max(floor_ns), rdtsc)
+        } else {
+            // Not even the floor: a dead update may have half written it.
+            floor_ns
+        };
+        PageUpdate {
+            writer: *self,
+            seq: prev | 1,
+            floor,
+            open: true,
+        }
+    }
+
+    /// `floor` raised to the current state's reading now (the sequence is
+    /// odd and ours: the state is whole).
+    fn fold(&self, floor: u64, mut rdtsc: impl FnMut() -> u64) -> u64 {
+        let mode = self.view.page().mode.load(Ordering::Relaxed);
+        match self.view.evaluate(mode, &mut rdtsc) {
+            Ok((ns, _)) => floor.max(ns),
+            Err(_) => floor,
+        }
+    }
+
     /// Steps 1–3 of the seqlock write; `fold`: whether the replaced
     /// state's reading now joins the floor.
     fn open(
@@ -306,10 +408,7 @@ impl<'a> ClockPageWriter<'a> {
 
         let mut floor = page.floor_ns.load(Relaxed).max(floor_ns);
         if fold {
-            let mode = page.mode.load(Relaxed);
-            if let Ok((ns, _)) = self.view.evaluate(mode, &mut rdtsc) {
-                floor = floor.max(ns);
-            }
+            floor = self.fold(floor, &mut rdtsc);
         }
         Ok(PageUpdate {
             writer: *self,
@@ -323,6 +422,7 @@ impl<'a> ClockPageWriter<'a> {
     fn check(&self, source: PageSource) -> Result<(), PublishError> {
         match source {
             PageSource::Tsc { mul: 0, .. } => Err(PublishError::ZeroMultiplier),
+            PageSource::Tsc { shift, .. } if shift > 63 => Err(PublishError::BadShift(shift)),
             PageSource::Pvclock { area, .. } if area as usize >= self.view.pvclock_len() => {
                 Err(PublishError::NoSuchArea(area))
             }
@@ -389,6 +489,31 @@ impl PageUpdate<'_> {
         outcome.map(|()| published)
     }
 
+    /// [`publish`](Self::publish), with the floor carried from the
+    /// replaced state capped at `ceiling_ns`: the floor becomes
+    /// `max(p.floor_ns, min(floor_ns(), ceiling_ns))`.
+    ///
+    /// For a kernel whose clock checks its source and may reject what the
+    /// page mapped (a host update jumping ahead): user programs read the
+    /// raw page until the kernel republishes, and folding what they could
+    /// read into the new floor would keep user time ahead of the kernel's
+    /// for as long as the jump. Pass the kernel clock's own reading, taken
+    /// after the update was opened (above every reading of the replaced
+    /// state the kernel accepts), and user time starts the new state at
+    /// most there. A user program that read the rejected values may see
+    /// its stateless readings step back to the kernel's
+    /// ([`ClockReader`](crate::ClockReader) keeps its own, never less).
+    ///
+    /// Interrupt-safe: yes (lock-free stores).
+    pub fn publish_at_most(
+        mut self,
+        p: &Publication,
+        ceiling_ns: u64,
+    ) -> Result<Published, PublishError> {
+        self.floor = self.floor.min(ceiling_ns);
+        self.publish(p)
+    }
+
     /// Closes the page with its old state unchanged (under the raised
     /// floor): what dropping the update does.
     /// Interrupt-safe: yes.
@@ -404,30 +529,10 @@ impl PageUpdate<'_> {
         let mut floor = self.floor;
         if let Some((source, p)) = state {
             floor = floor.max(p.floor_ns);
-            let (mode, arg, mul, add, offset) = match source {
-                PageSource::Tsc { mul, add } => (MODE_TSC, 0, mul, add, 0),
-                PageSource::Pvclock { area, offset_ns } => (MODE_PVCLOCK, area, 0, 0, offset_ns),
-                PageSource::HypervPage { offset_ns } => (MODE_HYPERV, 0, 0, 0, offset_ns),
-                PageSource::AskKernel(r) => (MODE_ASK_KERNEL, r.code(), 0, 0, 0),
-            };
-            page.mode.store(mode, Relaxed);
-            page.arg.store(arg, Relaxed);
-            page.tsc_mul.store(mul, Relaxed);
-            page.tsc_add_lo.store(add as u64, Relaxed);
-            page.tsc_add_hi.store((add >> 64) as u64, Relaxed);
-            page.pv_offset_ns.store(offset, Relaxed);
-            page.boot_wall_ns
-                .store(p.boot_wall_ns.unwrap_or(0), Relaxed);
-            page.flags.store(
-                if p.boot_wall_ns.is_some() {
-                    FLAG_WALL_VALID
-                } else {
-                    0
-                },
-                Relaxed,
-            );
+            write_state(page, &Fields::of(source, p.boot_wall_ns), floor);
+        } else {
+            page.floor_ns.store(floor, Relaxed);
         }
-        page.floor_ns.store(floor, Relaxed);
         let seq = self.seq.wrapping_add(1);
         page.seq.store(seq, Release);
         self.open = false;
@@ -444,4 +549,59 @@ impl Drop for PageUpdate<'_> {
             self.close(None);
         }
     }
+}
+
+/// The seqlocked fields of one state, as the page encodes them.
+struct Fields {
+    mode: u32,
+    arg: u32,
+    mul: u64,
+    add: u128,
+    offset: u64,
+    wall: Option<u64>,
+}
+
+impl Fields {
+    /// A writer's first state: ask the kernel, nothing published.
+    const NOT_PUBLISHED: Fields = Fields {
+        mode: MODE_ASK_KERNEL,
+        arg: AskReason::NotPublished.code(),
+        mul: 0,
+        add: 0,
+        offset: 0,
+        wall: None,
+    };
+
+    fn of(source: PageSource, wall: Option<u64>) -> Fields {
+        let (mode, arg, mul, add, offset) = match source {
+            PageSource::Tsc { mul, shift: 0, add } => (MODE_TSC, 0, mul, add, 0),
+            PageSource::Tsc { mul, shift, add } => (MODE_TSC_SHIFTED, shift, mul, add, 0),
+            PageSource::Pvclock { area, offset_ns } => (MODE_PVCLOCK, area, 0, 0, offset_ns),
+            PageSource::HypervPage { offset_ns } => (MODE_HYPERV, 0, 0, 0, offset_ns),
+            PageSource::AskKernel(r) => (MODE_ASK_KERNEL, r.code(), 0, 0, 0),
+        };
+        Fields {
+            mode,
+            arg,
+            mul,
+            add,
+            offset,
+            wall,
+        }
+    }
+}
+
+/// Stores a state and its floor (the sequence is odd: the caller's).
+fn write_state(page: &ClockPage, f: &Fields, floor: u64) {
+    use Ordering::Relaxed;
+    page.mode.store(f.mode, Relaxed);
+    page.arg.store(f.arg, Relaxed);
+    page.tsc_mul.store(f.mul, Relaxed);
+    page.tsc_add_lo.store(f.add as u64, Relaxed);
+    page.tsc_add_hi.store((f.add >> 64) as u64, Relaxed);
+    page.pv_offset_ns.store(f.offset, Relaxed);
+    page.boot_wall_ns.store(f.wall.unwrap_or(0), Relaxed);
+    page.flags
+        .store(if f.wall.is_some() { FLAG_WALL_VALID } else { 0 }, Relaxed);
+    page.floor_ns.store(floor, Relaxed);
 }

@@ -307,13 +307,16 @@ impl Kernel {
             now -= 5_000 + s.rng.below(15_000);
         }
         let tsc_mapping = |mul| match PageSource::tsc_anchored(mul, tsc, now) {
-            PageSource::Tsc { mul, add } => (mul, add),
+            PageSource::Tsc { mul, add, .. } => (mul, add),
             _ => unreachable!(),
         };
         let (mapping, source) = match kind {
             0 => {
                 let (mul, add) = tsc_mapping(mul_for_ppm(self.nominal_mul, ppm));
-                (Mapping::Tsc { mul, add }, PageSource::Tsc { mul, add })
+                (
+                    Mapping::Tsc { mul, add },
+                    PageSource::Tsc { mul, shift: 0, add },
+                )
             }
             1 => {
                 let offset = now.wrapping_sub(s.pv[area].ns(tsc));

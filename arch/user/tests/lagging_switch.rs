@@ -75,7 +75,7 @@ fn a_switch_to_a_lagging_source_never_steps_back() {
 
     for i in 0..2_000u64 {
         wait_reads(5);
-        let PageSource::Tsc { mul, add } = state else {
+        let PageSource::Tsc { mul, add, .. } = state else {
             unreachable!()
         };
         // The kernel's clock value now, and a new source 100..1100 ns

@@ -322,7 +322,17 @@ fn hyperv_mode_reads_the_mapped_page_with_the_kernels_checks() {
         Err(PublishError::HypervNotMapped)
     );
     assert_eq!(
-        no_hv.publish_with(&publication(PageSource::Tsc { mul: 0, add: 0 }, 0), || 0),
+        no_hv.publish_with(
+            &publication(
+                PageSource::Tsc {
+                    mul: 0,
+                    shift: 0,
+                    add: 0
+                },
+                0
+            ),
+            || 0
+        ),
         Err(PublishError::ZeroMultiplier)
     );
 }
@@ -517,7 +527,14 @@ fn an_open_update_sends_readers_to_the_kernel_and_always_closes() {
     let u = writer.begin_after_restore(0).unwrap();
     assert_eq!(u.floor_ns(), 8_000);
     assert_eq!(
-        u.publish(&publication(PageSource::Tsc { mul: 0, add: 0 }, 0)),
+        u.publish(&publication(
+            PageSource::Tsc {
+                mul: 0,
+                shift: 0,
+                add: 0
+            },
+            0
+        )),
         Err(PublishError::ZeroMultiplier)
     );
     assert_eq!(

@@ -19,7 +19,7 @@ use clockhal_boot::ring3::{self, Exit};
 use clockhal_boot::BootHw;
 use clockhal_conformance::{line, Status, Value};
 use clockhal_user::{
-    tsc_mul, AskReason, ClockPage, ClockPageWriter, PageSource, Publication, TscRead, WindowLayout,
+    AskReason, ClockPage, ClockPageWriter, PageSource, Publication, TscRead, TscScale, WindowLayout,
 };
 use core::cell::UnsafeCell;
 use core::fmt::Write;
@@ -100,7 +100,7 @@ struct Publisher<'a> {
     hw: BootHw,
     clock: &'a Clock<BootHw>,
     writer: ClockPageWriter<'static>,
-    tsc_mul: Option<u64>,
+    tsc_scale: Option<TscScale>,
     kvmclock: Option<&'a dyn ClockSource>,
     states: [Option<State>; 3],
     next: usize,
@@ -139,17 +139,18 @@ impl Publisher<'_> {
                 break s;
             }
         };
-        let (source, floor_ns) = match (state, self.tsc_mul, self.kvmclock) {
-            (State::Tsc, Some(mul), _) => {
+        let (source, floor_ns) = match (state, self.tsc_scale, self.kvmclock) {
+            (State::Tsc, Some(scale), _) => {
                 let (tsc, now, latest) = self.anchor(|| self.hw.rdtsc_ordered());
                 self.tsc_publications += 1;
                 // ±100 ppm on alternate publications: a rate change.
                 let mul = if self.tsc_publications % 2 == 0 {
-                    mul + mul / 10_000
+                    scale.mul + scale.mul / 10_000
                 } else {
-                    mul - mul / 10_000
+                    scale.mul - scale.mul / 10_000
                 };
-                (PageSource::tsc_anchored(mul, tsc, now), latest)
+                let scale = TscScale { mul, ..scale };
+                (PageSource::tsc_scaled(scale, tsc, now), latest)
             }
             (State::Pvclock, _, Some(kv)) => {
                 let (pv, now, latest) = self.anchor(|| kv.read());
@@ -236,14 +237,14 @@ pub fn run(
         return statuses;
     };
     drop(out);
-    let tsc_mul = tsc.and_then(|t| {
+    let tsc_scale = tsc.and_then(|t| {
         let f = t.frequency();
-        tsc_mul(f.numerator(), f.denominator())
+        TscScale::from_hz(f.numerator(), f.denominator())
     });
-    let run = ring3_run(hw, clock, tsc_mul, kvmclock, pvclock, pvclock_phys);
+    let run = ring3_run(hw, clock, tsc_scale, kvmclock, pvclock, pvclock_phys);
     let mut out = clockhal_boot::serial::lock();
     if let Some(t) = tsc {
-        let status = match tsc_mul {
+        let status = match tsc_scale {
             Some(_) => report(&mut out, "tsc", 0, &run),
             None => {
                 let _ = line::write_check_line(
@@ -254,7 +255,7 @@ pub fn run(
                     Value::None,
                     "ns",
                     format_args!(
-                        "TSC at {} Hz: the page's TSC state needs more than 1 GHz",
+                        "TSC at {} Hz: no page TSC scale for this rate",
                         t.frequency().hz_rounded()
                     ),
                 );
@@ -287,7 +288,7 @@ pub fn run(
 fn ring3_run(
     hw: BootHw,
     clock: &Clock<BootHw>,
-    tsc_mul: Option<u64>,
+    tsc_scale: Option<TscScale>,
     kvmclock: Option<&dyn ClockSource>,
     pvclock: &'static [PvclockVcpuTimeInfo],
     pvclock_phys: u64,
@@ -344,10 +345,10 @@ fn ring3_run(
         hw,
         clock,
         writer,
-        tsc_mul,
+        tsc_scale,
         kvmclock,
         states: [
-            tsc_mul.map(|_| State::Tsc),
+            tsc_scale.map(|_| State::Tsc),
             kvmclock.map(|_| State::Pvclock),
             Some(State::AskKernel),
         ],
