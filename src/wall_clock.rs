@@ -66,8 +66,6 @@ impl<H: Hardware + Clone> Clock<H> {
     /// error. After [`resume`](Self::resume) call it again: the clock does
     /// not count the time the machine was off.
     ///
-    /// Interrupt-safe: no (waits for an RTC edge; CMOS port pairs).
-    ///
     /// # How accurate
     /// The RTC counts whole seconds: read at an arbitrary moment it is up
     /// to a second behind. Aligned to an edge, the wall time is right to
@@ -112,7 +110,6 @@ impl<H: Hardware + Clone> Clock<H> {
     /// [`set_wall_clock_from_rtc`](Self::set_wall_clock_from_rtc) with
     /// the OS's own [`RtcOptions`] (another NMI bit, a century register it
     /// knows better).
-    /// Interrupt-safe: no (waits for an RTC edge; CMOS port pairs).
     ///
     /// ```
     /// use clockhal::{rtc::RtcOptions, x86::cmos::NmiBit, Duration, Platform};

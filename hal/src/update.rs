@@ -239,7 +239,6 @@ impl UpdateJudge {
 /// Judges `new` (already decoded, `None` if the parameters give no map)
 /// at TSC value `tsc`, against the map it replaces (`old`, if any) and the
 /// probe-time rate `probe` (see the module docs).
-/// Interrupt-safe: yes.
 ///
 /// ```
 /// use clockhal_core::{judge_update, Frequency, Scale, TscMap, UpdateBounds, UpdateFault, UpdateVerdict};

@@ -54,7 +54,6 @@ impl PageSource {
     /// The TSC mapping that gives `clock_ns` at TSC value `tsc` and then
     /// advances `mul / 2^64` ns per tick (exactly: `tsc_map(tsc, mul, add)
     /// == clock_ns`).
-    /// Interrupt-safe: yes.
     ///
     /// The shift-0 form, for a TSC above 1 GHz ([`tsc_scaled`](Self::tsc_scaled) serves any rate).
     ///
