@@ -337,10 +337,13 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         let mut event = if restart {
             WatchdogEvent::Restarted
-        } else if paused {
-            WatchdogEvent::GuestStopped
         } else {
-            self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round)
+            // A pause shortens the evidence, it does not erase it: the
+            // round is judged (a step the pause left excuses a member).
+            match self.after_round(&mut st, &j, &ids, cur, cur_m, ref_id, reference, &round) {
+                WatchdogEvent::Judged { .. } if paused => WatchdogEvent::GuestStopped,
+                e => e,
+            }
         };
         // A demoted candidate's probation, against a reference that needs
         // no supervision and was not found at fault this round.
