@@ -165,3 +165,40 @@ fn a_64_bit_hpet_crossing_2_64_keeps_counting() {
     c.force(SourceId::Hpet).unwrap(); // or a machine where the HPET is the best source
     reads_track_truth(&c, m, 200, ms(250), ms(2), true);
 }
+
+/// Issue 26: ticks stop for `gap_ms` (interrupts off), longer than the
+/// 24-bit PM timer's read interval (2.34 s). The PM timer is not demoted
+/// ("Stopped"), and its count lost no wrap: the TSC spans the gap.
+fn pm_timer_across_a_tick_gap(gap_ms: u64) {
+    let m = leak(SimMachine::kvm_config().build());
+    let (c, _) = clock(m);
+    assert_eq!(c.source_id(), SourceId::Kvmclock);
+    for _ in 0..8 {
+        m.advance(ms(250));
+        assert!(!bad(&c.watchdog_tick()));
+    }
+    let pm = c.source_of(SourceId::AcpiPm).unwrap();
+    let (p0, n0) = (pm.read(), m.now_ns());
+    m.advance(ms(gap_ms));
+    let mut evs = vec![];
+    for _ in 0..12 {
+        m.advance(ms(250));
+        let e = c.watchdog_tick();
+        if bad(&e) {
+            evs.push(e);
+        }
+    }
+    assert!(evs.is_empty(), "{evs:?}\n{}", c.report().table());
+    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
+    let truth = (m.now_ns() - n0) as u128;
+    assert!(
+        counted.abs_diff(truth) < 1_000_000,
+        "PM timer counted {counted} ns of {truth} ns"
+    );
+}
+
+#[test]
+fn a_tick_gap_longer_than_the_pm_timer_s_wrap_loses_nothing() {
+    pm_timer_across_a_tick_gap(3_000);
+    pm_timer_across_a_tick_gap(30_000);
+}

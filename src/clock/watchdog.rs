@@ -42,6 +42,9 @@ pub(crate) struct State {
     pub(crate) refine: Option<(SourceId, clockhal_core::Bracketed)>,
     /// A demoted candidate's way back (`readmit.rs`).
     pub(crate) readmission: super::readmit::Readmission,
+    /// The TSC at the previous judged tick: the gap since, for members
+    /// whose extension it may have outlasted.
+    last_tick_tsc: Option<u64>,
 }
 
 impl State {
@@ -52,6 +55,7 @@ impl State {
             anchor: None,
             refine: None,
             readmission: super::readmit::Readmission::new(),
+            last_tick_tsc: None,
         }
     }
 }
@@ -203,13 +207,26 @@ impl<H: Hardware + Clone> Clock<H> {
     /// ([`WatchdogEvent::NotServed`]), and members not served there sit
     /// the round out.
     ///
+    /// After a gap in the ticks longer than a member's read interval (a
+    /// 24-bit PM timer's 2.3 s: interrupts off), the wraps it hid are
+    /// recovered from the TSC; a source demoted only because the ticks
+    /// stopped comes back once it verifies again
+    /// ([`WatchdogEvent::Readmitted`]); a host pause in the interval
+    /// shortens the evidence but does not erase it.
+    ///
     /// Concurrent calls return [`WatchdogEvent::Busy`] rather than wait.
     /// Bounded: one read per source, three tries at the reference window,
     /// and on a switch two more reads.
+    ///
+    /// Interrupt-safe: no (takes the report lock; the watchdog lock only
+    /// by try-lock).
     pub fn watchdog_tick(&self) -> WatchdogEvent {
         let Some(mut st) = self.watchdog.try_lock() else {
             return WatchdogEvent::Busy;
         };
+        // Every tick that may read the members measures the gap since the
+        // previous one (never longer than since their last read).
+        let gap_ns = self.tick_gap(&mut st);
         // On a CPU the current source does not serve, nothing is judged,
         // and nothing a judged tick needs is taken: the restart request,
         // the guest-stopped latches and the host-fault counts stay for the
@@ -324,6 +341,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(ref_src) = sources[ref_id.index()] else {
             return WatchdogEvent::Inactive;
         };
+        self.span_gap(gap_ns, &ids[..n], cur, &sources);
         let round = self.take_round(ref_src, reference, &ids[..n], &sources, &served);
         let j = core.check(&round, reference, cur_m, paused);
         if (restart || paused) && self.supervised() {
@@ -373,6 +391,42 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         }
         event
+    }
+
+    /// The time since the previous tick, by the TSC (`None`: no TSC with a
+    /// known rate to measure it; 0 at the first tick).
+    fn tick_gap(&self, st: &mut State) -> Option<u64> {
+        let scale = self.scale_of(SourceId::Tsc.index())?;
+        let now = self.hw.rdtsc_ordered();
+        let then = st.last_tick_tsc.replace(now).unwrap_or(now);
+        Some(scale.ticks_to_ns(now.saturating_sub(then)))
+    }
+
+    /// Members other than the current source whose software extension
+    /// the gap since the last tick outlasted (`gap_ns`, by the TSC): each
+    /// is read once with the gap in its own ticks, which recovers the
+    /// wraps it hid (their previous read was the last tick's round).
+    /// Without a TSC nothing measures the gap (not yet recovered).
+    fn span_gap(
+        &self,
+        gap_ns: Option<u64>,
+        ids: &[Option<SourceId>],
+        cur: SourceId,
+        sources: &crate::check::Sources<'_>,
+    ) {
+        let Some(g) = gap_ns else { return };
+        for id in ids.iter().flatten().copied() {
+            let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
+                continue;
+            };
+            let Some(interval) = src.max_read_interval().filter(|_| id != cur) else {
+                continue;
+            };
+            let span = scale.ns_to_ticks(g);
+            if span >= interval {
+                let _ = src.read_spanning(span);
+            }
+        }
     }
 
     /// One round: the reference, every other member, the reference; the
