@@ -18,7 +18,7 @@
 
 use clockhal::x86::Hardware;
 use clockhal::{SourceId, WatchdogEvent};
-use clockhal_sim::{HpetConfig, SimMachine};
+use clockhal_sim::{HpetConfig, SimConfig, SimMachine};
 
 mod adversarial;
 
@@ -201,4 +201,37 @@ fn pm_timer_across_a_tick_gap(gap_ms: u64) {
 fn a_tick_gap_longer_than_the_pm_timer_s_wrap_loses_nothing() {
     pm_timer_across_a_tick_gap(3_000);
     pm_timer_across_a_tick_gap(30_000);
+}
+
+#[test]
+fn without_a_tsc_the_clock_s_own_counter_spans_the_gap() {
+    // No TSC: the 64-bit HPET is current, the 24-bit PM timer a member;
+    // ticks stop for 3 s. The HPET spans the gap: no PM wrap is lost.
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_cpuid(1, 0, clockhal_sim::regs(0x000906EA, 0, 0, 0))
+            .with_hpet(HpetConfig::qemu())
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .build(),
+    );
+    let (c, _) = clock(m);
+    assert_eq!(c.source_id(), SourceId::Hpet, "{}", c.report().table());
+    for _ in 0..8 {
+        m.advance(ms(250));
+        assert!(!bad(&c.watchdog_tick()));
+    }
+    let pm = c.source_of(SourceId::AcpiPm).unwrap();
+    let (p0, n0) = (pm.read(), m.now_ns());
+    m.advance(ms(3_000));
+    let evs: Vec<_> = (0..12)
+        .map(|_| {
+            m.advance(ms(250));
+            c.watchdog_tick()
+        })
+        .filter(bad)
+        .collect();
+    assert!(evs.is_empty(), "{evs:?}\n{}", c.report().table());
+    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
+    let truth = (m.now_ns() - n0) as u128;
+    assert!(counted.abs_diff(truth) < 1_000_000, "{counted} of {truth}");
 }

@@ -42,9 +42,9 @@ pub(crate) struct State {
     pub(crate) refine: Option<(SourceId, clockhal_core::Bracketed)>,
     /// A demoted candidate's way back (`readmit.rs`).
     pub(crate) readmission: super::readmit::Readmission,
-    /// The TSC at the previous judged tick: the gap since, for members
-    /// whose extension it may have outlasted.
-    last_tick_tsc: Option<u64>,
+    /// The TSC and the clock at the previous tick: the gap since, for
+    /// members whose extension it may have outlasted.
+    last_tick: Option<(u64, u64)>,
 }
 
 impl State {
@@ -55,7 +55,7 @@ impl State {
             anchor: None,
             refine: None,
             readmission: super::readmit::Readmission::new(),
-            last_tick_tsc: None,
+            last_tick: None,
         }
     }
 }
@@ -393,20 +393,29 @@ impl<H: Hardware + Clone> Clock<H> {
         event
     }
 
-    /// The time since the previous tick, by the TSC (`None`: no TSC with a
-    /// known rate to measure it; 0 at the first tick).
+    /// The time since the previous tick (0 at the first): by the TSC when
+    /// its rate is known, else by the clock when its source is no
+    /// software-extended counter (which the gap could have fooled too);
+    /// `None` when nothing independent spans the gap.
     fn tick_gap(&self, st: &mut State) -> Option<u64> {
-        let scale = self.scale_of(SourceId::Tsc.index())?;
-        let now = self.hw.rdtsc_ordered();
-        let then = st.last_tick_tsc.replace(now).unwrap_or(now);
-        Some(scale.ticks_to_ns(now.saturating_sub(then)))
+        let tsc = self.hw.rdtsc_ordered();
+        let now = self.now_ns();
+        let (then_tsc, then_ns) = st.last_tick.replace((tsc, now)).unwrap_or((tsc, now));
+        if let Some(scale) = self.scale_of(SourceId::Tsc.index()) {
+            return Some(scale.ticks_to_ns(tsc.saturating_sub(then_tsc)));
+        }
+        let extended = self
+            .source()
+            .is_some_and(|s| s.stability().contains(Stability::SOFTWARE_EXTENDED));
+        (!extended).then(|| now.saturating_sub(then_ns))
     }
 
     /// Members other than the current source whose software extension
     /// the gap since the last tick outlasted (`gap_ns`, by the TSC): each
     /// is read once with the gap in its own ticks, which recovers the
     /// wraps it hid (their previous read was the last tick's round).
-    /// Without a TSC nothing measures the gap (not yet recovered).
+    /// Without a measure of the gap ([`tick_gap`](Self::tick_gap)) nothing
+    /// is recovered.
     fn span_gap(
         &self,
         gap_ns: Option<u64>,
