@@ -235,3 +235,33 @@ fn without_a_tsc_the_clock_s_own_counter_spans_the_gap() {
     let truth = (m.now_ns() - n0) as u128;
     assert!(counted.abs_diff(truth) < 1_000_000, "{counted} of {truth}");
 }
+
+#[test]
+fn a_tsc_that_jumps_an_hour_adds_no_wrap_to_an_honest_pm_timer() {
+    // The gap measure is the smaller of the TSC's and the 64-bit HPET's:
+    // a TSC an hour ahead cannot put 768 false wraps into the PM timer.
+    let m = leak(SimMachine::bare_metal_config().build());
+    let (c, _) = clock(m);
+    for _ in 0..8 {
+        m.advance(ms(250));
+        c.watchdog_tick();
+    }
+    let pm = c.source_of(SourceId::AcpiPm).unwrap();
+    let (p0, n0) = (pm.read(), m.now_ns());
+    m.step_tsc(None, 3_600 * m.config().tsc_hz as i64);
+    for _ in 0..12 {
+        m.advance(ms(250));
+        c.watchdog_tick();
+    }
+    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
+    let truth = (m.now_ns() - n0) as u128;
+    assert!(counted.abs_diff(truth) < 1_000_000, "{counted} of {truth}");
+    assert!(
+        !matches!(
+            c.report().get(SourceId::AcpiPm).unwrap().verdict,
+            clockhal::Verdict::Demoted { .. }
+        ),
+        "{}",
+        c.report().table()
+    );
+}

@@ -42,9 +42,9 @@ pub(crate) struct State {
     pub(crate) refine: Option<(SourceId, clockhal_core::Bracketed)>,
     /// A demoted candidate's way back (`readmit.rs`).
     pub(crate) readmission: super::readmit::Readmission,
-    /// The TSC and the clock at the previous tick: the gap since, for
-    /// members whose extension it may have outlasted.
-    last_tick: Option<(u64, u64)>,
+    /// The TSC and the anchor's 64-bit counter at the previous tick: the
+    /// gap since, for members whose extension it may have outlasted.
+    last_tick: Option<(u64, Option<(SourceId, u64)>)>,
 }
 
 impl State {
@@ -393,21 +393,36 @@ impl<H: Hardware + Clone> Clock<H> {
         event
     }
 
-    /// The time since the previous tick (0 at the first): by the TSC when
-    /// its rate is known, else by the clock when its source is no
-    /// software-extended counter (which the gap could have fooled too);
-    /// `None` when nothing independent spans the gap.
+    /// The time since the previous tick (0 at the first): by the jump
+    /// check's 64-bit anchor counter (no extension the gap could fool; or
+    /// the current source's, when it is such a counter) and
+    /// by the TSC when its rate is known, the smaller of the two (a TSC
+    /// that jumped ahead must not add wraps to an honest counter: too short
+    /// a gap only leaves wraps lost, as without a measure); `None` when
+    /// nothing independent spans the gap.
     fn tick_gap(&self, st: &mut State) -> Option<u64> {
         let tsc = self.hw.rdtsc_ordered();
-        let now = self.now_ns();
-        let (then_tsc, then_ns) = st.last_tick.replace((tsc, now)).unwrap_or((tsc, now));
-        if let Some(scale) = self.scale_of(SourceId::Tsc.index()) {
-            return Some(scale.ticks_to_ns(tsc.saturating_sub(then_tsc)));
+        // The anchor's counter, else the current source's when it is one
+        // (a 64-bit HPET on a CPU without a TSC).
+        let cur = self.source_id();
+        let wide_id = st.anchor.map(|(_, id, _)| id).or_else(|| {
+            (self.is_wide(cur) && self.domain_now(cur) != CounterDomain::Tsc).then_some(cur)
+        });
+        let wide = wide_id.and_then(|id| Some((id, self.backends.source(id)?.read())));
+        let (then_tsc, then_wide) = st.last_tick.replace((tsc, wide)).unwrap_or((tsc, wide));
+        let by_tsc = self
+            .scale_of(SourceId::Tsc.index())
+            .map(|s| s.ticks_to_ns(tsc.saturating_sub(then_tsc)));
+        let by_wide = match (then_wide, wide) {
+            (Some((a, t0)), Some((b, t1))) if a == b => self
+                .scale_of(a.index())
+                .map(|s| s.ticks_to_ns(t1.saturating_sub(t0))),
+            _ => None,
+        };
+        match (by_tsc, by_wide) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        let extended = self
-            .source()
-            .is_some_and(|s| s.stability().contains(Stability::SOFTWARE_EXTENDED));
-        (!extended).then(|| now.saturating_sub(then_ns))
     }
 
     /// Members other than the current source whose software extension
