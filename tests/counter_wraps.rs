@@ -18,7 +18,7 @@
 
 use clockhal::x86::Hardware;
 use clockhal::{SourceId, WatchdogEvent};
-use clockhal_sim::{HpetConfig, SimMachine};
+use clockhal_sim::{HpetConfig, SimConfig, SimMachine};
 
 mod adversarial;
 
@@ -164,4 +164,104 @@ fn a_64_bit_hpet_crossing_2_64_keeps_counting() {
     let (c, _) = clock(m);
     c.force(SourceId::Hpet).unwrap(); // or a machine where the HPET is the best source
     reads_track_truth(&c, m, 200, ms(250), ms(2), true);
+}
+
+/// Issue 26: ticks stop for `gap_ms` (interrupts off), longer than the
+/// 24-bit PM timer's read interval (2.34 s). The PM timer is not demoted
+/// ("Stopped"), and its count lost no wrap: the TSC spans the gap.
+fn pm_timer_across_a_tick_gap(gap_ms: u64) {
+    let m = leak(SimMachine::kvm_config().build());
+    let (c, _) = clock(m);
+    assert_eq!(c.source_id(), SourceId::Kvmclock);
+    for _ in 0..8 {
+        m.advance(ms(250));
+        assert!(!bad(&c.watchdog_tick()));
+    }
+    let pm = c.source_of(SourceId::AcpiPm).unwrap();
+    let (p0, n0) = (pm.read(), m.now_ns());
+    m.advance(ms(gap_ms));
+    let mut evs = vec![];
+    for _ in 0..12 {
+        m.advance(ms(250));
+        let e = c.watchdog_tick();
+        if bad(&e) {
+            evs.push(e);
+        }
+    }
+    assert!(evs.is_empty(), "{evs:?}\n{}", c.report().table());
+    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
+    let truth = (m.now_ns() - n0) as u128;
+    assert!(
+        counted.abs_diff(truth) < 1_000_000,
+        "PM timer counted {counted} ns of {truth} ns"
+    );
+}
+
+#[test]
+fn a_tick_gap_longer_than_the_pm_timer_s_wrap_loses_nothing() {
+    pm_timer_across_a_tick_gap(3_000);
+    pm_timer_across_a_tick_gap(30_000);
+}
+
+#[test]
+fn without_a_tsc_the_clock_s_own_counter_spans_the_gap() {
+    // No TSC: the 64-bit HPET is current, the 24-bit PM timer a member;
+    // ticks stop for 3 s. The HPET spans the gap: no PM wrap is lost.
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_cpuid(1, 0, clockhal_sim::regs(0x000906EA, 0, 0, 0))
+            .with_hpet(HpetConfig::qemu())
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .build(),
+    );
+    let (c, _) = clock(m);
+    assert_eq!(c.source_id(), SourceId::Hpet, "{}", c.report().table());
+    for _ in 0..8 {
+        m.advance(ms(250));
+        assert!(!bad(&c.watchdog_tick()));
+    }
+    let pm = c.source_of(SourceId::AcpiPm).unwrap();
+    let (p0, n0) = (pm.read(), m.now_ns());
+    m.advance(ms(3_000));
+    let evs: Vec<_> = (0..12)
+        .map(|_| {
+            m.advance(ms(250));
+            c.watchdog_tick()
+        })
+        .filter(bad)
+        .collect();
+    assert!(evs.is_empty(), "{evs:?}\n{}", c.report().table());
+    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
+    let truth = (m.now_ns() - n0) as u128;
+    assert!(counted.abs_diff(truth) < 1_000_000, "{counted} of {truth}");
+}
+
+#[test]
+fn a_tsc_that_jumps_an_hour_adds_no_wrap_to_an_honest_pm_timer() {
+    // The gap measure is the smaller of the TSC's and the 64-bit HPET's:
+    // a TSC an hour ahead cannot put 768 false wraps into the PM timer.
+    let m = leak(SimMachine::bare_metal_config().build());
+    let (c, _) = clock(m);
+    for _ in 0..8 {
+        m.advance(ms(250));
+        c.watchdog_tick();
+    }
+    let pm = c.source_of(SourceId::AcpiPm).unwrap();
+    let (p0, n0) = (pm.read(), m.now_ns());
+    m.step_tsc(None, 3_600 * m.config().tsc_hz as i64);
+    for _ in 0..12 {
+        m.advance(ms(250));
+        c.watchdog_tick();
+    }
+    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
+    let truth = (m.now_ns() - n0) as u128;
+    assert!(counted.abs_diff(truth) < 1_000_000, "{counted} of {truth}");
+    assert!(
+        !matches!(
+            c.report().get(SourceId::AcpiPm).unwrap().verdict,
+            clockhal::Verdict::Demoted { .. }
+        ),
+        "{}",
+        c.report().table()
+    );
 }

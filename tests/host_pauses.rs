@@ -62,3 +62,48 @@ fn qemu_stop_cont_keeps_kvmclock_and_now_does_not_step() {
         "now() moved {moved} ns over {running} ns of running time"
     );
 }
+
+#[test]
+fn a_guest_paused_in_every_interval_is_still_judged() {
+    // Issue 26: GUEST_STOPPED in every tick skipped every round: a 1,000
+    // ppm drift went unjudged for 10 s (40 of 40 ticks). Pauses shorten
+    // the evidence; they cannot erase it. (The HPET drifts: the simulated
+    // host re-anchors kvmclock at the truth at every update.)
+    use clockhal::{Demotion, Fault};
+    let m = two_cpu_kvm();
+    let (c, _) = clock(m);
+    assert_eq!(c.source_id(), SourceId::Kvmclock);
+    let events = race(&c, m, &[0, 1], true, |readers| {
+        let mut e = ticks(&c, m, readers, 4, 20);
+        m.with_hpet(|h, ctx| h.set_rate_error_ppm(ctx, 1_000));
+        for _ in 0..40 {
+            readers.wait(20);
+            m.with_kvm(|k, _| k.pause_guest());
+            m.advance(ms(100));
+            m.with_kvm(|k, ctx| k.update_all(ctx));
+            readers.wait(20);
+            m.advance(ms(250));
+            e.push(c.watchdog_tick());
+        }
+        e
+    });
+    assert!(events.contains(&WatchdogEvent::GuestStopped), "{events:?}");
+    let drift = events.iter().find_map(|e| match *e {
+        WatchdogEvent::Demoted {
+            source: SourceId::Hpet,
+            reason:
+                Demotion::Watchdog {
+                    fault: Fault::Drift { skew_ppm },
+                    ..
+                },
+            ..
+        } => Some(skew_ppm),
+        _ => None,
+    });
+    assert!(
+        drift.is_some_and(|s| (900..=1_100).contains(&s)),
+        "{events:?}\n{}",
+        c.report().table()
+    );
+    assert_eq!(c.source_id(), SourceId::Kvmclock);
+}

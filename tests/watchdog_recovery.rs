@@ -118,20 +118,25 @@ fn committing_to_the_pit_does_not_demote_the_tsc_it_calibrated() {
 }
 
 /// Bare metal with a TSC that is not invariant (selected only under
-/// supervision), two CPUs that the OS's warp test found in step, and the
-/// HPET (no PM timer: its 24-bit count does not survive a 3 s gap, see
-/// the report).
-fn supervised_tsc() -> (&'static SimMachine, adversarial::SimClock) {
+/// supervision), two CPUs that the OS's warp test found in step, the HPET
+/// and, with `pm`, the 24-bit PM timer (whose wraps a 3 s gap hides).
+fn supervised_tsc_on(pm: bool) -> (&'static SimMachine, adversarial::SimClock) {
     let mut config = SimMachine::bare_metal_config()
         .with_invariant_tsc(false)
         .with_cpus(2, &[0, 0]);
-    config.pm_timer = None;
+    if !pm {
+        config.pm_timer = None;
+    }
     let m = leak(config.build());
     let (c, _) =
         adversarial::clock_with(m, |p| p.tsc_sync(clockhal::tsc::SyncStatus::Synchronized));
     assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
     assert!(c.supervised());
     (m, c)
+}
+
+fn supervised_tsc() -> (&'static SimMachine, adversarial::SimClock) {
+    supervised_tsc_on(false)
 }
 
 fn tsc_reason(c: &adversarial::SimClock) -> Option<clockhal::Demotion> {
@@ -145,7 +150,13 @@ fn tsc_reason(c: &adversarial::SimClock) -> Option<clockhal::Demotion> {
 fn a_supervised_tsc_comes_back_once_ticks_resume() {
     // Issue 26: interrupts off for 3 s (no ticks) demoted the supervised
     // TSC for good ("supervised TSC without watchdog ticks").
-    let (m, c) = supervised_tsc();
+    for pm in [false, true] {
+        comes_back(pm);
+    }
+}
+
+fn comes_back(pm: bool) {
+    let (m, c) = supervised_tsc_on(pm);
     race(&c, m, &[0, 1], true, |r| {
         adversarial::ticks(&c, m, r, 8, 20);
         for _ in 0..12 {

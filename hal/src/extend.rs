@@ -124,6 +124,40 @@ impl<C: Cell64> WrapExtender<C> {
         })
     }
 
+    /// Places `raw` on the 64-bit timeline when about `span` ticks passed
+    /// since the last extended value, as an independent counter measured
+    /// (the TSC over a gap in the reads longer than
+    /// [`max_read_interval`](Self::max_read_interval)): the whole wraps the
+    /// span covers are recovered, to the nearest. `span` must be within
+    /// half a wrap of the truth; a span below half a wrap is
+    /// [`extend`](Self::extend).
+    ///
+    /// ```
+    /// use clockhal_core::WrapExtender;
+    /// let ext: WrapExtender = WrapExtender::new(24, 0x10);
+    /// // Three wraps and 0x20 ticks later, measured as about that.
+    /// assert_eq!(ext.extend_spanning(0x30, 3 << 24), 0x300_0030);
+    /// ```
+    ///
+    /// Interrupt-safe: yes (lock-free where the target has 64-bit atomics,
+    /// else a critical section).
+    pub fn extend_spanning(&self, raw: u64, span: u64) -> u64 {
+        if span < self.half || self.mask == u64::MAX {
+            return self.extend(raw);
+        }
+        let raw = raw & self.mask;
+        let period = self.mask + 1;
+        self.last.update(|last| {
+            let delta = raw.wrapping_sub(last) & self.mask;
+            // Whole periods in the span beyond `delta`, to the nearest.
+            let wraps = span.saturating_sub(delta).saturating_add(self.half) / period;
+            let v = last
+                .wrapping_add(delta)
+                .wrapping_add(wraps.wrapping_mul(period));
+            (v != last).then_some(v)
+        })
+    }
+
     /// The last extended value, without reading hardware.
     /// Interrupt-safe: yes.
     pub fn last(&self) -> u64 {

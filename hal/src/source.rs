@@ -67,6 +67,19 @@ pub trait ClockSource: Sync {
         None
     }
 
+    /// [`read`](Self::read) after a gap: about `span` ticks of this counter
+    /// passed since its previous read, as an independent counter measured
+    /// (for a software-extended counter left unread longer than
+    /// [`max_read_interval`](Self::max_read_interval): its lost wraps are
+    /// recovered from `span`, which must be within half a wrap of the
+    /// truth). Counters without an extension just read.
+    ///
+    /// Interrupt-safe: as [`read`](Self::read).
+    fn read_spanning(&self, span: u64) -> u64 {
+        let _ = span;
+        self.read()
+    }
+
     /// What ranking needs: rating, exit cost, flags and rate
     /// ([`select`](crate::select)).
     /// Interrupt-safe: yes.
@@ -101,6 +114,9 @@ impl<T: ClockSource + ?Sized> ClockSource for &T {
     }
     fn max_read_interval(&self) -> Option<u64> {
         (**self).max_read_interval()
+    }
+    fn read_spanning(&self, span: u64) -> u64 {
+        (**self).read_spanning(span)
     }
 }
 

@@ -44,9 +44,14 @@
 //! A reference that stops (its interval stays below
 //! [`WatchdogConfig::min_interval`] while the others measure many times
 //! that) is reported as [`Outcome::ReferenceFailed`] instead of being
-//! waited for for ever. Rounds that contain a host pause (the caller says
-//! so) are skipped without forgetting the strikes, so frequent pauses do
-//! not disable drift detection.
+//! waited for for ever. A host pause in the interval (the caller says so)
+//! shortens the evidence but does not erase it: a member off the
+//! reference by as much as a step (at least
+//! [`WatchdogConfig::immediate_skew_ppm`]: it did not count the pause, or
+//! counted it while the reference did not) sits that interval out; the
+//! others are judged over it as usual, except that nothing is at fault at
+//! once (strikes only). So a guest paused in every interval is still
+//! judged.
 
 pub use crate::consensus::CounterDomain;
 use crate::consensus::{decide, Decision, Vote};
@@ -370,9 +375,11 @@ impl Watchdog {
 
     /// Judges `round`, taken around `reference`, for the benefit of the
     /// `current` member (the one a two-way disagreement is about).
-    /// `paused`: the host paused the guest since the last round (the
-    /// round becomes the new baseline, strikes are kept).
-    /// Interrupt-safe: yes.
+    /// `paused`: the host paused the guest since the last round: members
+    /// that may have a step from it sit the interval out, the others are
+    /// judged with strikes only (see the module docs).
+    ///
+    /// Interrupt-safe: yes (no lock; the caller owns the watchdog).
     pub fn check(
         &mut self,
         round: &Round,
@@ -394,10 +401,6 @@ impl Watchdog {
             self.base = Some((*round, reference));
             return Judgement::only(Outcome::Started);
         };
-        if paused {
-            self.base = Some((*round, reference));
-            return Judgement::only(Outcome::Skipped);
-        }
         let min_ns = self.config.min_interval.as_nanos();
         // The reference's interval, and every other member's.
         let (ref_ns, ref_back) = match round.window().mid().checked_sub(base.window().mid()) {
@@ -424,9 +427,14 @@ impl Watchdog {
                 None => Elapsed::Backwards,
             };
         }
-        if ref_back {
+        if ref_back && !paused {
             self.base = Some((*round, reference));
             return Judgement::only(Outcome::ReferenceFailed(Fault::SteppedBack));
+        }
+        if paused && (ref_back || ref_ns < min_ns) {
+            // Too short (or broken by the pause) to say anything.
+            self.base = Some((*round, reference));
+            return Judgement::only(Outcome::Skipped);
         }
         if ref_ns < min_ns {
             let longest_other = elapsed
@@ -470,6 +478,23 @@ impl Watchdog {
                 }
                 Elapsed::Backwards => fault[i] = Some(Fault::SteppedBack),
                 Elapsed::Missing => {}
+            }
+            // A host pause in the interval may be a step in any member's
+            // count (one that did not count the pause: kvmclock after
+            // QEMU's stop/cont, a TSC that stopped): a member off the
+            // reference by a step's size sits this interval out. One that
+            // agrees within that counted the pause like the reference, and
+            // its rate is judged over the interval as usual.
+            if paused && i != reference {
+                let excused = match (elapsed[i], skew[i]) {
+                    (Elapsed::Backwards, _) => true,
+                    (_, Some(s)) => s.unsigned_abs() >= self.config.immediate_skew_ppm,
+                    _ => false,
+                };
+                if excused {
+                    skew[i] = None;
+                    fault[i] = None;
+                }
             }
         }
         let tol = self.config.max_skew_ppm.saturating_add(unc);
@@ -523,14 +548,17 @@ impl Watchdog {
                 }
                 Some(f) => {
                     self.strikes[i] = self.strikes[i].saturating_add(1);
-                    let at_once = match f {
-                        Fault::Drift { skew_ppm } => {
-                            m.conditional
-                                || skew_ppm.unsigned_abs().saturating_sub(unc)
-                                    >= self.config.immediate_skew_ppm
-                        }
-                        Fault::SteppedBack | Fault::Stopped => true,
-                    };
+                    // In an interval with a pause nothing is at fault at
+                    // once: a small step the pause left is not ruled out.
+                    let at_once = !paused
+                        && match f {
+                            Fault::Drift { skew_ppm } => {
+                                m.conditional
+                                    || skew_ppm.unsigned_abs().saturating_sub(unc)
+                                        >= self.config.immediate_skew_ppm
+                            }
+                            Fault::SteppedBack | Fault::Stopped => true,
+                        };
                     verdicts[i] = if at_once || self.strikes[i] >= self.config.strikes.max(1) {
                         self.strikes[i] = 0;
                         MemberVerdict::Faulty(f)
@@ -819,6 +847,34 @@ mod tests {
             verdicts.contains(&MemberVerdict::Faulty(Fault::Drift { skew_ppm: 1000 })),
             "{verdicts:?}"
         );
+    }
+
+    #[test]
+    fn a_pause_in_every_interval_still_judges_and_excuses_a_step() {
+        // Issue 26: kvmclock 1000 ppm fast, a pause in every interval.
+        let sim = Sim::new(&kvm_hpet_pm(), &[1000, 0, 0]);
+        let mut w = sim.start(&kvm_hpet_pm(), WatchdogConfig::default(), 1);
+        let v: Vec<_> = (1..=3u64)
+            .map(|k| {
+                w.check(&sim.round(1, k * 250_000_000), 1, 0, true)
+                    .verdict(0)
+            })
+            .collect();
+        assert_eq!(
+            v[2],
+            MemberVerdict::Faulty(Fault::Drift { skew_ppm: 1000 }),
+            "{v:?}"
+        );
+        // A member that did not count a 100 ms pause (a 40% step) sits the
+        // interval out; the others are judged.
+        let sim = Sim::new(&kvm_hpet_pm(), &[0, 0, 0]);
+        let mut w = sim.start(&kvm_hpet_pm(), WatchdogConfig::default(), 1);
+        let mut r = sim.round(1, 250_000_000);
+        r.ticks[0] = Some(150_000_000);
+        let j = w.check(&r, 1, 0, true);
+        assert_eq!(j.verdict(0), MemberVerdict::NotJudged, "{j:?}");
+        assert!(matches!(j.verdict(2), MemberVerdict::Ok { .. }), "{j:?}");
+        assert!(j.faulty().next().is_none(), "{j:?}");
     }
 
     #[test]

@@ -42,6 +42,9 @@ pub(crate) struct State {
     pub(crate) refine: Option<(SourceId, clockhal_core::Bracketed)>,
     /// A demoted candidate's way back (`readmit.rs`).
     pub(crate) readmission: super::readmit::Readmission,
+    /// The TSC and the anchor's 64-bit counter at the previous tick: the
+    /// gap since, for members whose extension it may have outlasted.
+    last_tick: Option<(u64, Option<(SourceId, u64)>)>,
 }
 
 impl State {
@@ -52,6 +55,7 @@ impl State {
             anchor: None,
             refine: None,
             readmission: super::readmit::Readmission::new(),
+            last_tick: None,
         }
     }
 }
@@ -193,6 +197,13 @@ impl<H: Hardware + Clone> Clock<H> {
     /// ([`WatchdogEvent::NotServed`]), and members not served there sit
     /// the round out.
     ///
+    /// After a gap in the ticks longer than a member's read interval (a
+    /// 24-bit PM timer's 2.3 s: interrupts off), the wraps it hid are
+    /// recovered from the TSC; a source demoted only because the ticks
+    /// stopped comes back once it verifies again
+    /// ([`WatchdogEvent::Readmitted`]); a host pause in the interval
+    /// shortens the evidence but does not erase it.
+    ///
     /// Concurrent calls return [`WatchdogEvent::Busy`] rather than wait.
     /// Bounded: one read per source, three tries at the reference window,
     /// and on a switch two more reads.
@@ -204,6 +215,9 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// [`watchdog_tick`](Self::watchdog_tick) with the lock held.
     fn tick_held(&self, st: &mut State) -> WatchdogEvent {
+        // Every tick that may read the members measures the gap since the
+        // previous one (never longer than since their last read).
+        let gap_ns = self.tick_gap(st);
         // On a CPU the current source does not serve, nothing is judged,
         // and nothing a judged tick needs is taken: the restart request,
         // the guest-stopped latches and the host-fault counts stay for the
@@ -318,6 +332,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(ref_src) = sources[ref_id.index()] else {
             return WatchdogEvent::Inactive;
         };
+        self.span_gap(gap_ns, &ids[..n], cur, &sources);
         let round = self.take_round(ref_src, reference, &ids[..n], &sources, &served);
         let j = core.check(&round, reference, cur_m, paused);
         if (restart || paused) && self.supervised() {
@@ -331,10 +346,13 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         let mut event = if restart {
             WatchdogEvent::Restarted
-        } else if paused {
-            WatchdogEvent::GuestStopped
         } else {
-            self.after_round(st, &j, &ids, cur, cur_m, ref_id, reference, &round)
+            // A pause shortens the evidence, it does not erase it: the
+            // round is judged (a step the pause left excuses a member).
+            match self.after_round(st, &j, &ids, cur, cur_m, ref_id, reference, &round) {
+                WatchdogEvent::Judged { .. } if paused => WatchdogEvent::GuestStopped,
+                e => e,
+            }
         };
         // A demoted candidate's probation, against a reference that needs
         // no supervision and was not found at fault this round.
@@ -364,6 +382,66 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         }
         event
+    }
+
+    /// The time since the previous tick (0 at the first): by the jump
+    /// check's 64-bit anchor counter (no extension the gap could fool; or
+    /// the current source's, when it is such a counter) and
+    /// by the TSC when its rate is known, the smaller of the two (a TSC
+    /// that jumped ahead must not add wraps to an honest counter: too short
+    /// a gap only leaves wraps lost, as without a measure); `None` when
+    /// nothing independent spans the gap.
+    fn tick_gap(&self, st: &mut State) -> Option<u64> {
+        let tsc = self.hw.rdtsc_ordered();
+        // The anchor's counter, else the current source's when it is one
+        // (a 64-bit HPET on a CPU without a TSC).
+        let cur = self.source_id();
+        let wide_id = st.anchor.map(|(_, id, _)| id).or_else(|| {
+            (self.is_wide(cur) && self.domain_now(cur) != CounterDomain::Tsc).then_some(cur)
+        });
+        let wide = wide_id.and_then(|id| Some((id, self.backends.source(id)?.read())));
+        let (then_tsc, then_wide) = st.last_tick.replace((tsc, wide)).unwrap_or((tsc, wide));
+        let by_tsc = self
+            .scale_of(SourceId::Tsc.index())
+            .map(|s| s.ticks_to_ns(tsc.saturating_sub(then_tsc)));
+        let by_wide = match (then_wide, wide) {
+            (Some((a, t0)), Some((b, t1))) if a == b => self
+                .scale_of(a.index())
+                .map(|s| s.ticks_to_ns(t1.saturating_sub(t0))),
+            _ => None,
+        };
+        match (by_tsc, by_wide) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Members other than the current source whose software extension
+    /// the gap since the last tick outlasted (`gap_ns`, by the TSC): each
+    /// is read once with the gap in its own ticks, which recovers the
+    /// wraps it hid (their previous read was the last tick's round).
+    /// Without a measure of the gap ([`tick_gap`](Self::tick_gap)) nothing
+    /// is recovered.
+    fn span_gap(
+        &self,
+        gap_ns: Option<u64>,
+        ids: &[Option<SourceId>],
+        cur: SourceId,
+        sources: &crate::candidate::Sources<'_>,
+    ) {
+        let Some(g) = gap_ns else { return };
+        for id in ids.iter().flatten().copied() {
+            let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
+                continue;
+            };
+            let Some(interval) = src.max_read_interval().filter(|_| id != cur) else {
+                continue;
+            };
+            let span = scale.ns_to_ticks(g);
+            if span >= interval {
+                let _ = src.read_spanning(span);
+            }
+        }
     }
 
     /// One round: the reference, every other member, the reference; the

@@ -289,6 +289,8 @@ impl KvmHost {
     /// there (`KVM_SET_CLOCK`), so it did not advance over the stop; every
     /// vCPU is told (`KVM_KVMCLOCK_CTRL`: `GUEST_STOPPED` when `announce`)
     /// and every area is rewritten.
+    ///
+    /// Interrupt-safe: not applicable (the simulator's host side).
     pub fn cont_after(&mut self, ctx: &SimCtx<'_>, stopped_ns: u64, announce: bool) {
         self.stopped_ns = self.stopped_ns.saturating_add(stopped_ns);
         if announce {

@@ -734,6 +734,8 @@ impl SimMachine {
     /// guest instruction runs in between): machine time, the TSC and the
     /// devices move on by `ns`; kvmclock is restored where it stopped
     /// ([`KvmHost::cont_after`], `GUEST_STOPPED` set when `announce`).
+    ///
+    /// Interrupt-safe: not applicable (the simulator's host side).
     pub fn stop_and_cont(&self, ns: u64, announce: bool) {
         let mut guard = self.lock();
         let st = &mut *guard;

@@ -252,6 +252,16 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
     fn max_read_interval(&self) -> Option<u64> {
         Some(self.ext.max_read_interval())
     }
+
+    fn read_spanning(&self, span: u64) -> u64 {
+        match self.mode {
+            PmMode::Fast => self.ext.extend_spanning(self.raw() as u64, span),
+            PmMode::Verified => match self.verified_raw() {
+                Some(v) => self.ext.extend_spanning(v as u64, span),
+                None => self.ext.last(),
+            },
+        }
+    }
 }
 
 impl<H: Hardware> fmt::Debug for AcpiPm<H> {

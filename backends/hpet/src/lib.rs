@@ -192,6 +192,11 @@ impl<H: Hardware> ClockSource for Hpet<H> {
         self.ext.extend(counter(&self.hw, self.region, self.wide))
     }
 
+    fn read_spanning(&self, span: u64) -> u64 {
+        self.ext
+            .extend_spanning(counter(&self.hw, self.region, self.wide), span)
+    }
+
     fn frequency(&self) -> Frequency {
         self.frequency
     }
