@@ -12,14 +12,14 @@ pub(crate) use disabled::*;
 mod enabled {
     use crate::{Clock, CpuError};
     use clockhal_core::Duration;
-    use clockhal_kvmclock::{StealError, StealTime};
+    use clockhal_kvmclock::{StealError, StealState, StealTime};
     use clockhal_x86::paravirt::{KvmStealTime, PhysMapped};
     use clockhal_x86::Hardware;
 
     /// What the platform gave for steal time.
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct StealSetup {
-        areas: Option<PhysMapped<[KvmStealTime]>>,
+        areas: Option<(PhysMapped<[KvmStealTime]>, &'static StealState)>,
         /// The pvclock areas' physical range (the two must not overlap).
         pvclock: Option<(u64, u64)>,
     }
@@ -27,7 +27,7 @@ mod enabled {
     impl StealSetup {
         pub(crate) fn from_platform(p: &crate::Platform<'_>) -> StealSetup {
             StealSetup {
-                areas: p.steal_areas,
+                areas: p.steal,
                 pvclock: p.pvclock_areas.map(|a| range(a.phys(), a.len(), 32)),
             }
         }
@@ -44,14 +44,14 @@ mod enabled {
     impl<H: Hardware + Clone> Steal<H> {
         /// Probes and registers the calling CPU at clock time 0.
         pub(crate) fn probe(hw: &H, setup: StealSetup) -> Steal<H> {
-            let Some(areas) = setup.areas else {
+            let Some((areas, state)) = setup.areas else {
                 return Steal(Err(StealError::NoMemory));
             };
             let (lo, hi) = range(areas.phys(), areas.len(), 64);
             if setup.pvclock.is_some_and(|(plo, phi)| lo < phi && plo < hi) {
                 return Steal(Err(StealError::MemoryShared));
             }
-            Steal(StealTime::probe(hw.clone(), areas, 0))
+            Steal(StealTime::probe(hw.clone(), areas, state, 0))
         }
 
         /// The calling CPU's registration (the boot CPU's, done at build,
@@ -97,13 +97,15 @@ mod enabled {
         /// `STEAL_TIME` not offered, this CPU not registered, ...
         ///
         /// ```
+        /// use clockhal::kvmclock::StealState;
         /// use clockhal::{Duration, Platform};
         /// use clockhal_sim::SimMachine;
         ///
+        /// static STEAL_STATE: StealState = StealState::new();
         /// let m = SimMachine::kvm();
         /// let platform = Platform::new()
         ///     .pvclock_areas(m.alloc_pvclock_areas(1))
-        ///     .steal_time_areas(m.alloc_steal_areas(1));
+        ///     .steal_time_areas(m.alloc_steal_areas(1), &STEAL_STATE);
         /// let clock = clockhal::probe(&m, platform).into_clock().unwrap();
         /// let before = clock.steal_ns().unwrap();
         /// m.with_kvm(|k, _| k.set_steal_permille(100)); // the host takes 10%

@@ -33,8 +33,10 @@ struct PvclockPage([PvclockVcpuTimeInfo; smp::MAX_CPUS]);
 
 static PVCLOCK: PvclockPage = PvclockPage([const { PvclockVcpuTimeInfo::new() }; smp::MAX_CPUS]);
 
-/// One KVM steal-time area per vCPU (64 per page).
+/// One KVM steal-time area per vCPU (64 per page), and the guest's
+/// per-CPU steal-time state.
 static STEAL: StealTimePage = StealTimePage::new();
+static STEAL_STATE: clockhal::kvmclock::StealState = clockhal::kvmclock::StealState::new();
 
 /// The low 4 GiB are identity mapped by clockhal-boot.
 const IDENTITY_LIMIT: u64 = 1 << 32;
@@ -78,7 +80,7 @@ fn kmain(info: &'static BootInfo) -> ! {
     let mut platform = Platform::new()
         .hpet_mapper(&mut map_hpet)
         .pvclock_areas(areas)
-        .steal_time(steal)
+        .steal_time(steal, &STEAL_STATE)
         .tsc_sync(sync)
         .cpus(cpus)
         .policy(Policy::new());
