@@ -131,6 +131,8 @@ struct StealModel {
     frozen: bool,
     /// Every write leaves the version odd (an update never finished).
     stuck: bool,
+    /// The first write after a registration waits for the next advance.
+    late: bool,
 }
 
 impl StealModel {
@@ -320,6 +322,16 @@ impl KvmHost {
         self.steal.frozen = frozen;
     }
 
+    /// A host whose first write after a registration comes at the next
+    /// [`SimMachine::advance`](crate::SimMachine::advance), not during the
+    /// MSR write (`true`; as the project's `kvm_pvm` host does), carrying
+    /// the counter's start ([`set_steal_on_register`](Self::set_steal_on_register)).
+    ///
+    /// Interrupt-safe: yes (simulator).
+    pub fn set_steal_late(&mut self, late: bool) {
+        self.steal.late = late;
+    }
+
     /// A host whose every steal-time write leaves the version odd (`true`),
     /// from registration on: the update never finishes.
     ///
@@ -386,7 +398,10 @@ impl KvmHost {
                 continue;
             }
             self.steal.counter[cpu] = self.steal.counter[cpu].saturating_add(add);
-            if !self.steal.frozen && add != 0 {
+            let first = self
+                .steal_area(ctx, cpu)
+                .is_some_and(|a| a.version.load(SeqCst) == 0);
+            if !self.steal.frozen && (add != 0 || first) {
                 self.write_steal(ctx, cpu);
             }
         }
@@ -407,7 +422,7 @@ impl KvmHost {
         // KVM writes the area at the next guest entry: before the wrmsr
         // returns.
         self.steal.counter[cpu] = self.steal.on_register_ns;
-        if !self.steal.frozen {
+        if !self.steal.frozen && !self.steal.late {
             self.write_steal(ctx, cpu);
         }
         Ok(())

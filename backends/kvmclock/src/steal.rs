@@ -185,6 +185,9 @@ struct CpuSteal {
     /// Largest value returned (keeps the result monotonic even for a read
     /// that an interrupt's read overtook).
     returned: AtomicU64,
+    /// The host has written the area since registration (version != 0):
+    /// its first write sets the counter's origin.
+    anchored: AtomicBool,
 }
 
 impl CpuSteal {
@@ -196,7 +199,16 @@ impl CpuSteal {
             good_ns: AtomicU64::new(0),
             carried: AtomicU64::new(0),
             returned: AtomicU64::new(0),
+            anchored: AtomicBool::new(false),
         }
+    }
+
+    /// Takes `steal` at `now_ns` as the origin of the host's counter.
+    fn anchor(&self, steal: u64, now_ns: u64) {
+        self.good_ns.store(now_ns, Release);
+        self.base_raw.store(steal, Release);
+        self.good_raw.store(steal, Release);
+        self.anchored.store(true, Release);
     }
 
     fn reset(&self) {
@@ -210,6 +222,7 @@ impl CpuSteal {
         ] {
             a.store(0, Release);
         }
+        self.anchored.store(false, Release);
     }
 
     /// Folds this registration's steal into `carried` (so a later
@@ -366,11 +379,13 @@ impl<H: Hardware> StealTime<H> {
             return Err(StealError::AreaBusy);
         };
         // The host's counter may start anywhere (KVM adds what the vCPU
-        // thread waited before): steal counts from here.
+        // thread waited before): steal counts from its first write after
+        // registration — here if it wrote during the MSR write (KVM does,
+        // at the next entry), else at the first read that finds it written
+        // (version no longer the 0 this registration wrote).
         st.base_ns.store(now_ns, Release);
-        st.good_ns.store(now_ns, Release);
-        st.base_raw.store(first.steal, Release);
-        st.good_raw.store(first.steal, Release);
+        st.anchor(first.steal, now_ns);
+        st.anchored.store(first.version != 0, Release);
         Ok(())
     }
 
@@ -432,7 +447,14 @@ impl<H: Hardware> StealTime<H> {
         // a time newer than the counter only makes the check stricter.
         let mut good = st.good_raw.load(Acquire);
         let good_ns = st.good_ns.load(Acquire);
+        let anchored = st.anchored.load(Acquire);
         match area.sample(MAX_READ_ATTEMPTS) {
+            Some(s) if !anchored => {
+                if s.version != 0 {
+                    st.anchor(s.steal, now_ns);
+                    good = s.steal;
+                }
+            }
             None => {
                 self.counters.busy.fetch_add(1, Relaxed);
             }

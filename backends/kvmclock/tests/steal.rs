@@ -45,6 +45,25 @@ fn an_honest_host_steals_what_it_says_on_every_cpu() {
 }
 
 #[test]
+fn a_host_whose_first_write_comes_late_sets_the_origin_then() {
+    // The project's KVM host (kvm_pvm) writes the area after the MSR write
+    // returned, carrying the vCPU thread's earlier waits (~21 s measured).
+    let m = machine(1);
+    m.with_kvm(|k, _| {
+        k.set_steal_late(true);
+        k.set_steal_on_register(21_000_000_000);
+    });
+    let s = probe(m, 1);
+    assert_eq!(s.steal_ns(m.now_ns()), Some(0));
+    m.advance(1_000_000); // the host's first write
+    assert_eq!(s.steal_ns(m.now_ns()), Some(0));
+    m.with_kvm(|k, _| k.set_steal_permille(100));
+    m.advance(10_000_000);
+    assert_eq!(s.steal_ns(m.now_ns()), Some(1_000_000));
+    assert_eq!(s.stats().refused(), 0, "{:?}", s.stats());
+}
+
+#[test]
 fn a_counter_that_goes_back_is_refused_and_the_last_good_value_stands() {
     let m = machine(1);
     let s = probe(m, 1);

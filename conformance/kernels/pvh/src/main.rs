@@ -173,6 +173,16 @@ fn kmain(info: &'static BootInfo) -> ! {
         let _ = line::write_check(&mut clockhal_boot::serial::lock(), r);
     });
 
+    // What the host wrote into the boot CPU's steal-time area (version 0:
+    // it never wrote it).
+    let st = &STEAL.areas[0];
+    println!(
+        "kernel: steal-time area 0: version {}, host counter {} ns, refused {:?}",
+        st.version.load(core::sync::atomic::Ordering::Relaxed),
+        st.steal.load(core::sync::atomic::Ordering::Relaxed),
+        clock.as_ref().map(|c| c.steal_time().map(|s| s.stats()))
+    );
+
     // The user clock page, read in ring 3 while the kernel switches sources.
     let pvclock_phys = PVCLOCK.0.as_ptr() as u64;
     for status in userpage::run(hw, clock.as_ref(), report, &PVCLOCK.0, pvclock_phys)
