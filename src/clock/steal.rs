@@ -56,9 +56,12 @@ mod enabled {
 
         /// The calling CPU's registration (the boot CPU's, done at build,
         /// is not an error; nor is steal time being unavailable).
-        pub(crate) fn register_this_cpu(&self, now: u64) -> Result<(), CpuError> {
+        /// `now` is read only when there is steal time to register (a read
+        /// of the clock on this CPU is not free of effects: it validates
+        /// the CPU's parameters).
+        pub(crate) fn register_this_cpu(&self, now: impl FnOnce() -> u64) -> Result<(), CpuError> {
             match &self.0 {
-                Ok(s) => match s.register_this_cpu(now) {
+                Ok(s) => match s.register_this_cpu(now()) {
                     Ok(()) | Err(StealError::AlreadyRegistered) => Ok(()),
                     Err(e) => Err(CpuError::StealTime(e)),
                 },
@@ -72,9 +75,9 @@ mod enabled {
             }
         }
 
-        pub(crate) fn resume_this_cpu(&self, now: u64) -> Result<(), CpuError> {
+        pub(crate) fn resume_this_cpu(&self, now: impl FnOnce() -> u64) -> Result<(), CpuError> {
             match &self.0 {
-                Ok(s) => s.resume_this_cpu(now).map_err(CpuError::StealTime),
+                Ok(s) => s.resume_this_cpu(now()).map_err(CpuError::StealTime),
                 Err(_) => Ok(()),
             }
         }
@@ -165,11 +168,11 @@ mod disabled {
         pub(crate) fn probe(_: &H, _: StealSetup) -> Steal<H> {
             Steal(core::marker::PhantomData)
         }
-        pub(crate) fn register_this_cpu(&self, _: u64) -> Result<(), CpuError> {
+        pub(crate) fn register_this_cpu(&self, _: impl FnOnce() -> u64) -> Result<(), CpuError> {
             Ok(())
         }
         pub(crate) fn unregister_this_cpu(&self) {}
-        pub(crate) fn resume_this_cpu(&self, _: u64) -> Result<(), CpuError> {
+        pub(crate) fn resume_this_cpu(&self, _: impl FnOnce() -> u64) -> Result<(), CpuError> {
             Ok(())
         }
     }

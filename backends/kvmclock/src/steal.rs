@@ -8,6 +8,13 @@
 //! registered (carried across [`resume_this_cpu`](StealTime::resume_this_cpu)
 //! and re-registrations), and never goes back.
 //!
+//! **Origin.** The host's counter starts anywhere (KVM adds what the vCPU
+//! thread waited before the registration, seconds on a loaded host): the
+//! first value the host writes after a registration is this CPU's zero,
+//! whether it wrote during the MSR write (KVM) or only later (the
+//! project's `kvm_pvm` host, whose area is still unwritten when the MSR
+//! write returns).
+//!
 //! **Distrust.** Every reading of the host's counter is judged against
 //! the last one this CPU accepted and the caller's clock (`now_ns`, any
 //! per-CPU monotonic nanosecond clock: the facade passes its `Clock`'s): a
