@@ -3,9 +3,10 @@
 use crate::SelfCheck;
 use clockhal_core::{ClockSource, Frequency, Policy, UpdateBounds, WatchdogConfig};
 use clockhal_x86::paravirt::{
-    HvReferenceTscPage, KvmStealTime, PhysMapped, PvclockPage, PvclockVcpuTimeInfo,
-    PvclockWallClock, StealTimePage,
+    HvReferenceTscPage, PhysMapped, PvclockPage, PvclockVcpuTimeInfo, PvclockWallClock,
 };
+#[cfg(feature = "kvmclock")]
+use clockhal_x86::paravirt::{KvmStealTime, StealTimePage};
 use clockhal_x86::{MmioRegion, PhysMemory};
 use core::fmt;
 
@@ -87,7 +88,11 @@ pub struct Platform<'a> {
     pub(crate) watchdog: WatchdogConfig,
     pub(crate) extra: Option<&'static dyn ClockSource>,
     pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
-    pub(crate) steal_areas: Option<PhysMapped<[KvmStealTime]>>,
+    #[cfg(feature = "kvmclock")]
+    pub(crate) steal: Option<(
+        PhysMapped<[KvmStealTime]>,
+        &'static clockhal_kvmclock::StealState,
+    )>,
 }
 
 impl Default for Platform<'_> {
@@ -131,10 +136,16 @@ impl fmt::Debug for Platform<'_> {
             .field("watchdog", &self.watchdog)
             .field("extra", &self.extra.map(|e| e.name()))
             .field("clock_page", &self.clock_page.is_some())
-            .field(
-                "steal_areas",
-                &self.steal_areas.map(|a| (a.phys(), a.len())),
-            )
+            .field("steal_time", &{
+                #[cfg(feature = "kvmclock")]
+                {
+                    self.steal.map(|(a, _)| (a.phys(), a.len()))
+                }
+                #[cfg(not(feature = "kvmclock"))]
+                {
+                    None::<()>
+                }
+            })
             .finish()
     }
 }
@@ -172,7 +183,8 @@ impl<'a> Platform<'a> {
             watchdog: WatchdogConfig::default(),
             extra: None,
             clock_page: None,
-            steal_areas: None,
+            #[cfg(feature = "kvmclock")]
+            steal: None,
         }
     }
 
@@ -283,20 +295,48 @@ impl<'a> Platform<'a> {
         self
     }
 
-    /// Memory for KVM steal time as one page of 64 areas (one per vCPU,
+    /// Memory for KVM steal time: one page of 64 areas (one per vCPU,
     /// index = `cpu_index()`; a single frame, so every area's physical
-    /// address is right by construction): the clock registers them with
-    /// its per-CPU lifecycle and serves [`Clock::steal_ns`](crate::Clock::steal_ns)
-    /// (feature `kvmclock`). Must not overlap the pvclock areas.
-    pub fn steal_time(mut self, page: PhysMapped<StealTimePage>) -> Self {
-        self.steal_areas = Some(page.steal_areas());
-        self
+    /// address is right by construction) and the guest's per-CPU state (a
+    /// `static`). The clock registers the areas with its per-CPU lifecycle
+    /// and serves [`Clock::steal_ns`](crate::Clock::steal_ns). Must not
+    /// overlap the pvclock areas.
+    ///
+    /// ```
+    /// use clockhal::kvmclock::StealState;
+    /// use clockhal::x86::paravirt::{PhysMapped, StealTimePage};
+    /// use clockhal::Platform;
+    /// static STEAL_PAGE: StealTimePage = StealTimePage::new();
+    /// static STEAL_STATE: StealState = StealState::new();
+    /// # let phys = 0x20_0000; // the page's guest-physical address
+    /// // A kernel: `unsafe { PhysMapped::new(&STEAL_PAGE, phys) }`.
+    /// let page = PhysMapped::simulated(&STEAL_PAGE, phys);
+    /// let p = Platform::new().steal_time(page, &STEAL_STATE);
+    /// # let _ = p;
+    /// ```
+    ///
+    /// Interrupt-safe: yes (stores the values).
+    #[cfg(feature = "kvmclock")]
+    pub fn steal_time(
+        self,
+        page: PhysMapped<StealTimePage>,
+        state: &'static clockhal_kvmclock::StealState,
+    ) -> Self {
+        self.steal_time_areas(page.steal_areas(), state)
     }
 
     /// Memory for KVM steal time as contiguous 64-byte-aligned areas, one
-    /// per vCPU (prefer [`steal_time`](Self::steal_time), one frame).
-    pub fn steal_time_areas(mut self, areas: PhysMapped<[KvmStealTime]>) -> Self {
-        self.steal_areas = Some(areas);
+    /// per vCPU (prefer [`steal_time`](Self::steal_time), one frame), and
+    /// the guest's per-CPU state.
+    ///
+    /// Interrupt-safe: yes (stores the values).
+    #[cfg(feature = "kvmclock")]
+    pub fn steal_time_areas(
+        mut self,
+        areas: PhysMapped<[KvmStealTime]>,
+        state: &'static clockhal_kvmclock::StealState,
+    ) -> Self {
+        self.steal = Some((areas, state));
         self
     }
 

@@ -1,6 +1,7 @@
 //! The run-time tunables a `Clock` takes from its `Platform`.
 
 use clockhal_core::{Duration, WatchdogConfig};
+#[cfg(feature = "kvmclock")]
 use clockhal_x86::paravirt::{KvmStealTime, PhysMapped};
 
 /// The run-time tunables of a `Clock` (from the `Platform`).
@@ -32,24 +33,41 @@ impl Settings {
 }
 
 /// What the platform gave for steal time.
+#[cfg(feature = "kvmclock")]
 #[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(feature = "kvmclock"), allow(dead_code))]
 pub(crate) struct StealSetup {
-    pub(crate) areas: Option<PhysMapped<[KvmStealTime]>>,
+    pub(crate) areas: Option<(
+        PhysMapped<[KvmStealTime]>,
+        &'static clockhal_kvmclock::StealState,
+    )>,
     /// The pvclock areas' physical range (the two must not overlap).
     pub(crate) pvclock: Option<(u64, u64)>,
 }
 
+#[cfg(feature = "kvmclock")]
 impl StealSetup {
     fn from_platform(p: &crate::Platform<'_>) -> StealSetup {
         StealSetup {
-            areas: p.steal_areas,
+            areas: p.steal,
             pvclock: p.pvclock_areas.map(|a| phys_range(a.phys(), a.len(), 32)),
         }
     }
 }
 
+/// Steal time needs the `kvmclock` feature.
+#[cfg(not(feature = "kvmclock"))]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StealSetup;
+
+#[cfg(not(feature = "kvmclock"))]
+impl StealSetup {
+    fn from_platform(_: &crate::Platform<'_>) -> StealSetup {
+        StealSetup
+    }
+}
+
 /// The physical range of `len` areas of `size` bytes from `phys`.
+#[cfg(feature = "kvmclock")]
 pub(crate) fn phys_range(phys: u64, len: usize, size: u64) -> (u64, u64) {
     (phys, phys.saturating_add((len as u64).saturating_mul(size)))
 }

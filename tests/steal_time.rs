@@ -3,11 +3,15 @@
 //! never reach the caller.
 #![cfg(feature = "kvmclock")]
 
-use clockhal::kvmclock::StealError;
+use clockhal::kvmclock::{StealError, StealState};
 use clockhal::{Clock, Duration, Platform};
 use clockhal_sim::{KvmConfig, SimMachine};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+fn state() -> &'static StealState {
+    Box::leak(Box::new(StealState::new()))
+}
 
 fn machine(cpus: usize) -> &'static SimMachine {
     Box::leak(Box::new(
@@ -18,7 +22,7 @@ fn machine(cpus: usize) -> &'static SimMachine {
 fn clock(m: &'static SimMachine, cpus: usize) -> Clock<&'static SimMachine> {
     let platform = Platform::new()
         .pvclock_areas(m.alloc_pvclock_areas(cpus))
-        .steal_time_areas(m.alloc_steal_areas(cpus))
+        .steal_time_areas(m.alloc_steal_areas(cpus), state())
         .cpus(cpus);
     clockhal::probe(m, platform).into_clock().unwrap()
 }
@@ -68,7 +72,7 @@ fn unavailable_steal_time_says_why() {
         .build();
     let platform = Platform::new()
         .pvclock_areas(m.alloc_pvclock_areas(1))
-        .steal_time_areas(m.alloc_steal_areas(1));
+        .steal_time_areas(m.alloc_steal_areas(1), state());
     let c = clockhal::probe(&m, platform).into_clock().unwrap();
     assert_eq!(c.steal_ns(), Err(StealError::NotOffered));
     assert_eq!(c.preempted(0), None);
@@ -172,7 +176,9 @@ fn steal_memory_overlapping_the_pvclock_areas_is_refused() {
     let aliased = clockhal::x86::paravirt::PhysMapped::simulated(st.get(), pv.phys());
     let c = clockhal::probe(
         &m,
-        Platform::new().pvclock_areas(pv).steal_time_areas(aliased),
+        Platform::new()
+            .pvclock_areas(pv)
+            .steal_time_areas(aliased, state()),
     )
     .into_clock()
     .unwrap();

@@ -597,7 +597,7 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.follow_backend_epochs();
         self.republish_if_stale();
-        match (first, self.steal.register_this_cpu(self.now_ns())) {
+        match (first, self.steal.register_this_cpu(|| self.now_ns())) {
             (Ok(()), Err(e)) => Err(e),
             (first, _) => first,
         }
@@ -771,7 +771,7 @@ impl<H: Hardware + Clone> Clock<H> {
         });
         self.follow_backend_epochs();
         self.locked(|st| self.forgive_host_faults(st));
-        match (first, self.steal.resume_this_cpu(self.now_ns())) {
+        match (first, self.steal.resume_this_cpu(|| self.now_ns())) {
             (Ok(()), Err(e)) => Err(e),
             (first, _) => first,
         }

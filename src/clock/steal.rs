@@ -10,7 +10,7 @@ pub(crate) use disabled::*;
 
 #[cfg(feature = "kvmclock")]
 mod enabled {
-    use crate::settings::StealSetup;
+    use crate::settings::{phys_range, StealSetup};
     use crate::{Clock, CpuError};
     use clockhal_core::Duration;
     use clockhal_kvmclock::{StealError, StealTime};
@@ -23,21 +23,24 @@ mod enabled {
     impl<H: Hardware + Clone> Steal<H> {
         /// Probes and registers the calling CPU at clock time 0.
         pub(crate) fn probe(hw: &H, setup: StealSetup) -> Steal<H> {
-            let Some(areas) = setup.areas else {
+            let Some((areas, state)) = setup.areas else {
                 return Steal(Err(StealError::NoMemory));
             };
-            let (lo, hi) = crate::settings::phys_range(areas.phys(), areas.len(), 64);
+            let (lo, hi) = phys_range(areas.phys(), areas.len(), 64);
             if setup.pvclock.is_some_and(|(plo, phi)| lo < phi && plo < hi) {
                 return Steal(Err(StealError::MemoryShared));
             }
-            Steal(StealTime::probe(hw.clone(), areas, 0))
+            Steal(StealTime::probe(hw.clone(), areas, state, 0))
         }
 
         /// The calling CPU's registration (the boot CPU's, done at build,
         /// is not an error; nor is steal time being unavailable).
-        pub(crate) fn register_this_cpu(&self, now: u64) -> Result<(), CpuError> {
+        /// `now` is read only when there is steal time to register (a read
+        /// of the clock on this CPU is not free of effects: it validates
+        /// the CPU's parameters).
+        pub(crate) fn register_this_cpu(&self, now: impl FnOnce() -> u64) -> Result<(), CpuError> {
             match &self.0 {
-                Ok(s) => match s.register_this_cpu(now) {
+                Ok(s) => match s.register_this_cpu(now()) {
                     Ok(()) | Err(StealError::AlreadyRegistered) => Ok(()),
                     Err(e) => Err(CpuError::StealTime(e)),
                 },
@@ -51,9 +54,9 @@ mod enabled {
             }
         }
 
-        pub(crate) fn resume_this_cpu(&self, now: u64) -> Result<(), CpuError> {
+        pub(crate) fn resume_this_cpu(&self, now: impl FnOnce() -> u64) -> Result<(), CpuError> {
             match &self.0 {
-                Ok(s) => s.resume_this_cpu(now).map_err(CpuError::StealTime),
+                Ok(s) => s.resume_this_cpu(now()).map_err(CpuError::StealTime),
                 Err(_) => Ok(()),
             }
         }
@@ -76,13 +79,15 @@ mod enabled {
         /// `STEAL_TIME` not offered, this CPU not registered, ...
         ///
         /// ```
+        /// use clockhal::kvmclock::StealState;
         /// use clockhal::{Duration, Platform};
         /// use clockhal_sim::SimMachine;
         ///
+        /// static STEAL_STATE: StealState = StealState::new();
         /// let m = SimMachine::kvm();
         /// let platform = Platform::new()
         ///     .pvclock_areas(m.alloc_pvclock_areas(1))
-        ///     .steal_time_areas(m.alloc_steal_areas(1));
+        ///     .steal_time_areas(m.alloc_steal_areas(1), &STEAL_STATE);
         /// let clock = clockhal::probe(&m, platform).into_clock().unwrap();
         /// let before = clock.steal_ns().unwrap();
         /// m.with_kvm(|k, _| k.set_steal_permille(100)); // the host takes 10%
@@ -133,11 +138,11 @@ mod disabled {
         pub(crate) fn probe(_: &H, _: StealSetup) -> Steal<H> {
             Steal(core::marker::PhantomData)
         }
-        pub(crate) fn register_this_cpu(&self, _: u64) -> Result<(), CpuError> {
+        pub(crate) fn register_this_cpu(&self, _: impl FnOnce() -> u64) -> Result<(), CpuError> {
             Ok(())
         }
         pub(crate) fn unregister_this_cpu(&self) {}
-        pub(crate) fn resume_this_cpu(&self, _: u64) -> Result<(), CpuError> {
+        pub(crate) fn resume_this_cpu(&self, _: impl FnOnce() -> u64) -> Result<(), CpuError> {
             Ok(())
         }
     }

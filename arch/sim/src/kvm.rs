@@ -134,6 +134,8 @@ struct StealModel {
     frozen: bool,
     /// Every write leaves the version odd (an update never finished).
     stuck: bool,
+    /// The first write after a registration waits for the next advance.
+    late: bool,
 }
 
 impl StealModel {
@@ -302,12 +304,16 @@ impl KvmHost {
     // ---- steal time ------------------------------------------------------
 
     /// `cpu`'s registered steal-time area, if any.
+    ///
+    /// Interrupt-safe: yes (simulator; takes no lock itself).
     pub fn steal_area(&self, ctx: &SimCtx<'_>, cpu: usize) -> Option<&'static KvmStealTime> {
         let phys = (*self.steal.registered.get(cpu)?)?;
         ctx.memory.steal(phys)
     }
 
     /// The guest-physical steal-time area `cpu` registered, if any.
+    ///
+    /// Interrupt-safe: yes (simulator).
     pub fn steal_registered(&self, cpu: usize) -> Option<u64> {
         self.steal.registered.get(cpu).copied().flatten()
     }
@@ -315,24 +321,42 @@ impl KvmHost {
     /// From now on every [`SimMachine::advance`](crate::SimMachine::advance)
     /// charges each registered vCPU `permille`/1000 of the advance as steal
     /// and writes its area (above 1000: a host whose steal outruns time).
+    ///
+    /// Interrupt-safe: yes (simulator).
     pub fn set_steal_permille(&mut self, permille: u64) {
         self.steal.permille = permille;
     }
 
     /// The host's counter starts at `ns` at each registration (what KVM
     /// carries over from the vCPU thread's earlier waits).
+    ///
+    /// Interrupt-safe: yes (simulator).
     pub fn set_steal_on_register(&mut self, ns: u64) {
         self.steal.on_register_ns = ns;
     }
 
     /// A host that never writes the areas (`true`), not even at
     /// registration: the guest's zeroes stay.
+    ///
+    /// Interrupt-safe: yes (simulator).
     pub fn set_steal_frozen(&mut self, frozen: bool) {
         self.steal.frozen = frozen;
     }
 
+    /// A host whose first write after a registration comes at the next
+    /// [`SimMachine::advance`](crate::SimMachine::advance), not during the
+    /// MSR write (`true`; as the project's `kvm_pvm` host does), carrying
+    /// the counter's start ([`set_steal_on_register`](Self::set_steal_on_register)).
+    ///
+    /// Interrupt-safe: yes (simulator).
+    pub fn set_steal_late(&mut self, late: bool) {
+        self.steal.late = late;
+    }
+
     /// A host whose every steal-time write leaves the version odd (`true`),
     /// from registration on: the update never finishes.
+    ///
+    /// Interrupt-safe: yes (simulator).
     pub fn set_steal_stuck(&mut self, stuck: bool) {
         self.steal.stuck = stuck;
     }
@@ -348,6 +372,8 @@ impl KvmHost {
     }
 
     /// The host's steal counter for `cpu` (what it last wrote or will write).
+    ///
+    /// Interrupt-safe: yes (simulator).
     pub fn steal_counter(&self, cpu: usize) -> u64 {
         self.steal.counter.get(cpu).copied().unwrap_or(0)
     }
@@ -355,6 +381,8 @@ impl KvmHost {
     /// Writes `steal` into `cpu`'s area as one seqlock update and makes it
     /// the host's counter from now on (garbage: a counter that goes back, a
     /// jump). Nothing without a registered area.
+    ///
+    /// Interrupt-safe: yes (simulator).
     pub fn publish_steal(&mut self, ctx: &SimCtx<'_>, cpu: usize, steal: u64) {
         self.steal.grow(cpu);
         self.steal.counter[cpu] = steal;
@@ -363,6 +391,8 @@ impl KvmHost {
 
     /// Starts an update of `cpu`'s steal-time area and never finishes it:
     /// the version stays odd until the next write.
+    ///
+    /// Interrupt-safe: yes (simulator).
     pub fn stall_steal(&mut self, ctx: &SimCtx<'_>, cpu: usize) {
         if let Some(a) = self.steal_area(ctx, cpu) {
             a.version.fetch_or(1, SeqCst);
@@ -371,6 +401,8 @@ impl KvmHost {
 
     /// Sets or clears `cpu`'s `preempted` byte (bit 0), as KVM does when it
     /// deschedules or resumes the vCPU.
+    ///
+    /// Interrupt-safe: yes (simulator).
     pub fn set_preempted(&mut self, ctx: &SimCtx<'_>, cpu: usize, preempted: bool) {
         if let Some(a) = self.steal_area(ctx, cpu) {
             a.preempted
@@ -387,7 +419,10 @@ impl KvmHost {
                 continue;
             }
             self.steal.counter[cpu] = self.steal.counter[cpu].saturating_add(add);
-            if !self.steal.frozen && add != 0 {
+            let first = self
+                .steal_area(ctx, cpu)
+                .is_some_and(|a| a.version.load(SeqCst) == 0);
+            if !self.steal.frozen && (add != 0 || first) {
                 self.write_steal(ctx, cpu);
             }
         }
@@ -408,7 +443,7 @@ impl KvmHost {
         // KVM writes the area at the next guest entry: before the wrmsr
         // returns.
         self.steal.counter[cpu] = self.steal.on_register_ns;
-        if !self.steal.frozen {
+        if !self.steal.frozen && !self.steal.late {
             self.write_steal(ctx, cpu);
         }
         Ok(())

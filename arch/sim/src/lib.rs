@@ -790,6 +790,8 @@ impl SimMachine {
     }
 
     /// `n` contiguous steal-time areas (one per vCPU), 64-byte aligned.
+    ///
+    /// Interrupt-safe: no (allocates; simulator).
     pub fn alloc_steal_areas(&self, n: usize) -> PhysMapped<[KvmStealTime]> {
         self.memory.alloc_steal_areas(n)
     }

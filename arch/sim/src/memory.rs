@@ -68,6 +68,8 @@ impl SharedMemory {
     }
 
     /// `n` contiguous steal-time areas (64 bytes each, 64-byte aligned).
+    ///
+    /// Interrupt-safe: no (allocates; simulator).
     pub fn alloc_steal_areas(&self, n: usize) -> PhysMapped<[KvmStealTime]> {
         let v: Vec<KvmStealTime> = (0..n).map(|_| KvmStealTime::new()).collect();
         let areas: &'static [KvmStealTime] = Box::leak(v.into_boxed_slice());
@@ -79,6 +81,8 @@ impl SharedMemory {
     }
 
     /// The steal-time area at `phys`, if one was allocated there.
+    ///
+    /// Interrupt-safe: no (takes the memory map's lock; simulator).
     pub fn steal(&self, phys: u64) -> Option<&'static KvmStealTime> {
         match self.get(phys)? {
             Shared::Steal(a) => Some(a),

@@ -18,5 +18,5 @@ pub use clock::{
 };
 pub use error::KvmclockError;
 pub use registry::MAX_CPUS;
-pub use steal::{StealError, StealStats, StealTime, STEAL_MAX_CPUS};
+pub use steal::{StealError, StealState, StealStats, StealTime, STEAL_MAX_CPUS};
 pub use wall::WallClock;

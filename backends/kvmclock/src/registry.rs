@@ -21,16 +21,18 @@ pub(crate) enum Claim {
     Again,
 }
 
+/// The holders of `N` indices (kvmclock: [`MAX_CPUS`]; steal time: one
+/// page's worth).
 #[derive(Debug)]
-pub(crate) struct Registry {
+pub(crate) struct Registry<const N: usize = MAX_CPUS> {
     /// APIC ID + 1 of the holder; 0: unregistered.
-    holder: [AtomicU64; MAX_CPUS],
+    holder: [AtomicU64; N],
 }
 
-impl Registry {
-    pub(crate) const fn new() -> Registry {
+impl<const N: usize> Registry<N> {
+    pub(crate) const fn new() -> Registry<N> {
         Registry {
-            holder: [const { AtomicU64::new(0) }; MAX_CPUS],
+            holder: [const { AtomicU64::new(0) }; N],
         }
     }
 
@@ -57,6 +59,13 @@ impl Registry {
         })
     }
 
+    /// Forgets `index`'s holder (a fresh start of the state it is part of).
+    pub(crate) fn clear(&self, index: usize) {
+        if let Some(h) = self.holder.get(index) {
+            h.store(0, Ordering::Release);
+        }
+    }
+
     /// Whether any CPU has registered `index`.
     #[inline]
     pub(crate) fn is_registered(&self, index: usize) -> bool {
@@ -67,7 +76,7 @@ impl Registry {
 
     /// The registered indices.
     pub(crate) fn registered(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..MAX_CPUS).filter(|&i| self.is_registered(i))
+        (0..N).filter(|&i| self.is_registered(i))
     }
 }
 
@@ -78,7 +87,7 @@ mod tests {
 
     #[test]
     fn claims_are_exclusive_and_idempotent() {
-        let r = Registry::new();
+        let r: Registry = Registry::new();
         assert_eq!(r.claim(0, 0), Ok(Claim::New));
         assert_eq!(r.claim(0, 0), Ok(Claim::Again));
         assert_eq!(r.claim(0, 1), Err(0), "second CPU on index 0");

@@ -8,6 +8,13 @@
 //! registered (carried across [`resume_this_cpu`](StealTime::resume_this_cpu)
 //! and re-registrations), and never goes back.
 //!
+//! **Origin.** The host's counter starts anywhere (KVM adds what the vCPU
+//! thread waited before the registration, seconds on a loaded host): the
+//! first value the host writes after a registration is this CPU's zero,
+//! whether it wrote during the MSR write (KVM) or only later (the
+//! project's `kvm_pvm` host, whose area is still unwritten when the MSR
+//! write returns).
+//!
 //! **Distrust.** Every reading of the host's counter is judged against
 //! the last one this CPU accepted and the caller's clock (`now_ns`, any
 //! per-CPU monotonic nanosecond clock: the facade passes its `Clock`'s): a
@@ -19,12 +26,13 @@
 //! faster than its clock, whatever the host writes.
 //!
 //! ```
-//! use clockhal_kvmclock::StealTime;
+//! use clockhal_kvmclock::{StealState, StealTime};
 //! use clockhal_sim::SimMachine;
 //!
+//! static STATE: StealState = StealState::new(); // the guest's per-CPU state
 //! let m = SimMachine::kvm();
 //! let areas = m.alloc_steal_areas(1); // the OS's memory, one area per CPU
-//! let steal = StealTime::probe(&m, areas, 0).unwrap();
+//! let steal = StealTime::probe(&m, areas, &STATE, 0).unwrap();
 //! // The host runs other work for 3 ms of the next 10 ms.
 //! m.with_kvm(|k, _| k.set_steal_permille(300));
 //! m.advance(10_000_000);
@@ -45,8 +53,8 @@ use clockhal_x86::paravirt::{
 use clockhal_x86::Hardware;
 use core::fmt;
 use core::sync::atomic::{
-    AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
+    AtomicBool, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 /// Most CPUs steal time tracks (one [`StealTimePage`](clockhal_x86::paravirt::StealTimePage)'s
@@ -66,6 +74,8 @@ pub enum StealError {
     NotOffered,
     /// The OS gave no steal-time memory.
     NoMemory,
+    /// The [`StealState`] is used by another [`StealTime`] (one at a time).
+    StateInUse,
     /// The steal-time memory overlaps memory the OS gave for another
     /// protocol (the pvclock areas): the host would write both over each
     /// other, so it is not registered.
@@ -112,6 +122,7 @@ impl fmt::Display for StealError {
                 f.write_str("KVM does not offer steal time (CPUID 0x40000001 EAX bit 5 clear)")
             }
             StealError::NoMemory => f.write_str("no steal-time memory given"),
+            StealError::StateInUse => f.write_str("the steal-time state is in use"),
             StealError::MemoryShared => {
                 f.write_str("steal-time memory overlaps the pvclock areas")
             }
@@ -159,6 +170,8 @@ pub struct StealStats {
 impl StealStats {
     /// Readings refused as implausible (back or too fast): what a host
     /// that writes garbage leaves.
+    ///
+    /// Interrupt-safe: yes.
     pub const fn refused(&self) -> u64 {
         self.went_back + self.too_fast
     }
@@ -179,6 +192,9 @@ struct CpuSteal {
     /// Largest value returned (keeps the result monotonic even for a read
     /// that an interrupt's read overtook).
     returned: AtomicU64,
+    /// The host has written the area since registration (version != 0):
+    /// its first write sets the counter's origin.
+    anchored: AtomicBool,
 }
 
 impl CpuSteal {
@@ -190,7 +206,30 @@ impl CpuSteal {
             good_ns: AtomicU64::new(0),
             carried: AtomicU64::new(0),
             returned: AtomicU64::new(0),
+            anchored: AtomicBool::new(false),
         }
+    }
+
+    /// Takes `steal` at `now_ns` as the origin of the host's counter.
+    fn anchor(&self, steal: u64, now_ns: u64) {
+        self.good_ns.store(now_ns, Release);
+        self.base_raw.store(steal, Release);
+        self.good_raw.store(steal, Release);
+        self.anchored.store(true, Release);
+    }
+
+    fn reset(&self) {
+        for a in [
+            &self.base_raw,
+            &self.base_ns,
+            &self.good_raw,
+            &self.good_ns,
+            &self.carried,
+            &self.returned,
+        ] {
+            a.store(0, Release);
+        }
+        self.anchored.store(false, Release);
     }
 
     /// Folds this registration's steal into `carried` (so a later
@@ -215,16 +254,63 @@ struct Counters {
     fast: AtomicU64,
 }
 
+/// The guest's per-CPU steal-time state (~3.5 KiB), in memory the OS
+/// provides — a `static`, as for the clock's per-CPU slots — so that a
+/// [`StealTime`] (and a `clockhal::Clock` holding one) stays small when
+/// moved on a kernel stack. One [`StealTime`] uses it at a time.
+///
+/// ```
+/// use clockhal_kvmclock::StealState;
+/// static STEAL_STATE: StealState = StealState::new();
+/// # let _ = &STEAL_STATE;
+/// ```
+#[derive(Debug)]
+pub struct StealState {
+    in_use: AtomicBool,
+    registry: Registry<STEAL_MAX_CPUS>,
+    cpus: [CpuSteal; STEAL_MAX_CPUS],
+}
+
+impl StealState {
+    /// Unused state.
+    ///
+    /// Interrupt-safe: yes.
+    pub const fn new() -> StealState {
+        StealState {
+            in_use: AtomicBool::new(false),
+            registry: Registry::new(),
+            cpus: [const { CpuSteal::new() }; STEAL_MAX_CPUS],
+        }
+    }
+
+    /// Takes the state for a new [`StealTime`], starting from nothing.
+    fn claim(&self) -> bool {
+        if self.in_use.swap(true, AcqRel) {
+            return false;
+        }
+        for (i, st) in self.cpus.iter().enumerate() {
+            st.reset();
+            self.registry.clear(i);
+        }
+        true
+    }
+}
+
+impl Default for StealState {
+    fn default() -> Self {
+        StealState::new()
+    }
+}
+
 /// KVM steal time on one guest: probe once, register each AP, read on
 /// each CPU. Dropping it unregisters the *calling* CPU's area (each AP
 /// calls [`unregister_this_cpu`](Self::unregister_this_cpu) first, as for
-/// kvmclock).
+/// kvmclock) and frees its [`StealState`].
 #[derive(Debug)]
 pub struct StealTime<H: Hardware> {
     hw: H,
     areas: PhysMapped<[KvmStealTime]>,
-    registry: Registry,
-    cpus: [CpuSteal; STEAL_MAX_CPUS],
+    state: &'static StealState,
     counters: Counters,
 }
 
@@ -238,6 +324,7 @@ impl<H: Hardware> StealTime<H> {
     pub fn probe(
         hw: H,
         areas: PhysMapped<[KvmStealTime]>,
+        state: &'static StealState,
         now_ns: u64,
     ) -> Result<Self, StealError> {
         if !cpuid::hypervisor_present(&hw) {
@@ -250,11 +337,13 @@ impl<H: Hardware> StealTime<H> {
         if areas.is_empty() {
             return Err(StealError::NoMemory);
         }
+        if !state.claim() {
+            return Err(StealError::StateInUse);
+        }
         let s = StealTime {
             hw,
             areas,
-            registry: Registry::new(),
-            cpus: [const { CpuSteal::new() }; STEAL_MAX_CPUS],
+            state,
             counters: Counters::default(),
         };
         s.register_this_cpu(now_ns)?;
@@ -273,10 +362,10 @@ impl<H: Hardware> StealTime<H> {
         let cpu = self.hw.cpu_index();
         let apic = cpuid::apic_id(&self.hw);
         let usable = self.areas.len().min(STEAL_MAX_CPUS);
-        let (Some(area), Some(st)) = (self.areas.element(cpu), self.cpus.get(cpu)) else {
+        let (Some(area), Some(st)) = (self.areas.element(cpu), self.state.cpus.get(cpu)) else {
             return Err(StealError::CpuIndexOutOfRange { cpu, areas: usable });
         };
-        match self.registry.claim(cpu, apic) {
+        match self.state.registry.claim(cpu, apic) {
             Ok(Claim::New) => {}
             Ok(Claim::Again) => return Err(StealError::AlreadyRegistered),
             Err(holder) => {
@@ -288,20 +377,22 @@ impl<H: Hardware> StealTime<H> {
             }
         }
         if let Err(e) = kvm_register_steal_time(&self.hw, area) {
-            self.registry.release(cpu, apic);
+            self.state.registry.release(cpu, apic);
             return Err(StealError::Register(e));
         }
         let Some(first) = area.get().sample(MAX_READ_ATTEMPTS) else {
             kvm_unregister_steal_time(&self.hw);
-            self.registry.release(cpu, apic);
+            self.state.registry.release(cpu, apic);
             return Err(StealError::AreaBusy);
         };
         // The host's counter may start anywhere (KVM adds what the vCPU
-        // thread waited before): steal counts from here.
+        // thread waited before): steal counts from its first write after
+        // registration — here if it wrote during the MSR write (KVM does,
+        // at the next entry), else at the first read that finds it written
+        // (version no longer the 0 this registration wrote).
         st.base_ns.store(now_ns, Release);
-        st.good_ns.store(now_ns, Release);
-        st.base_raw.store(first.steal, Release);
-        st.good_raw.store(first.steal, Release);
+        st.anchor(first.steal, now_ns);
+        st.anchored.store(first.version != 0, Release);
         Ok(())
     }
 
@@ -312,9 +403,9 @@ impl<H: Hardware> StealTime<H> {
     /// Interrupt-safe: no (writes an MSR).
     pub fn unregister_this_cpu(&self) {
         let cpu = self.hw.cpu_index();
-        if self.registry.release(cpu, cpuid::apic_id(&self.hw)) {
+        if self.state.registry.release(cpu, cpuid::apic_id(&self.hw)) {
             kvm_unregister_steal_time(&self.hw);
-            if let Some(st) = self.cpus.get(cpu) {
+            if let Some(st) = self.state.cpus.get(cpu) {
                 st.fold();
             }
         }
@@ -327,8 +418,8 @@ impl<H: Hardware> StealTime<H> {
     /// Interrupt-safe: no (writes an MSR).
     pub fn resume_this_cpu(&self, now_ns: u64) -> Result<(), StealError> {
         let cpu = self.hw.cpu_index();
-        if self.registry.release(cpu, cpuid::apic_id(&self.hw)) {
-            if let Some(st) = self.cpus.get(cpu) {
+        if self.state.registry.release(cpu, cpuid::apic_id(&self.hw)) {
+            if let Some(st) = self.state.cpus.get(cpu) {
                 st.fold();
             }
         }
@@ -339,7 +430,7 @@ impl<H: Hardware> StealTime<H> {
     ///
     /// Interrupt-safe: yes (one atomic load).
     pub fn is_registered(&self, cpu: usize) -> bool {
-        cpu < STEAL_MAX_CPUS && self.registry.is_registered(cpu)
+        self.state.registry.is_registered(cpu)
     }
 
     /// The calling CPU's steal time in ns since it first registered, judged
@@ -354,16 +445,23 @@ impl<H: Hardware> StealTime<H> {
     /// atomic maxima on the CPU's own state).
     pub fn steal_ns(&self, now_ns: u64) -> Option<u64> {
         let cpu = self.hw.cpu_index();
-        let st = self.cpus.get(cpu)?;
+        let st = self.state.cpus.get(cpu)?;
         let area = self.areas.get().get(cpu)?;
-        if !self.registry.is_registered(cpu) {
+        if !self.state.registry.is_registered(cpu) {
             return None;
         }
         // The counter first, then its time (stored in the opposite order):
         // a time newer than the counter only makes the check stricter.
         let mut good = st.good_raw.load(Acquire);
         let good_ns = st.good_ns.load(Acquire);
+        let anchored = st.anchored.load(Acquire);
         match area.sample(MAX_READ_ATTEMPTS) {
+            Some(s) if !anchored => {
+                if s.version != 0 {
+                    st.anchor(s.steal, now_ns);
+                    good = s.steal;
+                }
+            }
             None => {
                 self.counters.busy.fetch_add(1, Relaxed);
             }
@@ -421,5 +519,6 @@ impl<H: Hardware> StealTime<H> {
 impl<H: Hardware> Drop for StealTime<H> {
     fn drop(&mut self) {
         self.unregister_this_cpu();
+        self.state.in_use.store(false, Release);
     }
 }

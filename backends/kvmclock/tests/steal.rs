@@ -1,7 +1,7 @@
 //! KVM steal time against honest and hostile simulated hosts, through the
 //! public API: what the host writes is judged, never passed on.
 
-use clockhal_kvmclock::{StealError, StealTime};
+use clockhal_kvmclock::{StealError, StealState, StealTime};
 use clockhal_sim::{KvmConfig, SimMachine};
 use clockhal_x86::paravirt::RegisterError;
 use clockhal_x86::Msr;
@@ -14,8 +14,13 @@ fn machine(cpus: usize) -> &'static SimMachine {
     ))
 }
 
+/// The OS's per-CPU state (a `static` in a kernel).
+fn state() -> &'static StealState {
+    Box::leak(Box::new(StealState::new()))
+}
+
 fn probe(m: &'static SimMachine, cpus: usize) -> StealTime<&'static SimMachine> {
-    let s = StealTime::probe(m, m.alloc_steal_areas(cpus), m.now_ns()).unwrap();
+    let s = StealTime::probe(m, m.alloc_steal_areas(cpus), state(), m.now_ns()).unwrap();
     for cpu in 1..cpus {
         m.on_cpu(cpu, || s.register_this_cpu(m.now_ns())).unwrap();
     }
@@ -37,6 +42,25 @@ fn an_honest_host_steals_what_it_says_on_every_cpu() {
         assert_eq!(v, 10_000_000, "cpu {cpu}");
     }
     assert_eq!(s.stats().refused() + s.stats().busy_reads, 0);
+}
+
+#[test]
+fn a_host_whose_first_write_comes_late_sets_the_origin_then() {
+    // The project's KVM host (kvm_pvm) writes the area after the MSR write
+    // returned, carrying the vCPU thread's earlier waits (~21 s measured).
+    let m = machine(1);
+    m.with_kvm(|k, _| {
+        k.set_steal_late(true);
+        k.set_steal_on_register(21_000_000_000);
+    });
+    let s = probe(m, 1);
+    assert_eq!(s.steal_ns(m.now_ns()), Some(0));
+    m.advance(1_000_000); // the host's first write
+    assert_eq!(s.steal_ns(m.now_ns()), Some(0));
+    m.with_kvm(|k, _| k.set_steal_permille(100));
+    m.advance(10_000_000);
+    assert_eq!(s.steal_ns(m.now_ns()), Some(1_000_000));
+    assert_eq!(s.stats().refused(), 0, "{:?}", s.stats());
 }
 
 #[test]
@@ -103,7 +127,7 @@ fn a_version_stuck_odd_holds_the_value_in_bounded_time() {
 fn a_host_stuck_odd_at_registration_leaves_nothing_registered() {
     let m = machine(1);
     m.with_kvm(|k, _| k.set_steal_stuck(true));
-    let e = StealTime::probe(m, m.alloc_steal_areas(1), 0).unwrap_err();
+    let e = StealTime::probe(m, m.alloc_steal_areas(1), state(), 0).unwrap_err();
     assert_eq!(e, StealError::AreaBusy);
     assert_eq!(m.with_kvm(|k, _| k.steal_registered(0)).unwrap(), None);
 }
@@ -130,19 +154,19 @@ fn absent_feature_misaligned_memory_and_reserved_bits() {
         })
         .build();
     assert_eq!(
-        StealTime::probe(&m, m.alloc_steal_areas(1), 0).unwrap_err(),
+        StealTime::probe(&m, m.alloc_steal_areas(1), state(), 0).unwrap_err(),
         StealError::NotOffered
     );
     let tcg = SimMachine::qemu_tcg();
     assert_eq!(
-        StealTime::probe(&tcg, tcg.alloc_steal_areas(1), 0).unwrap_err(),
+        StealTime::probe(&tcg, tcg.alloc_steal_areas(1), state(), 0).unwrap_err(),
         StealError::NoKvmSignature
     );
     let m = SimMachine::kvm();
     let areas = m.misaligned(m.alloc_steal_areas(1), 32);
     let before = m.traps().msr_writes;
     assert_eq!(
-        StealTime::probe(&m, areas, 0).unwrap_err(),
+        StealTime::probe(&m, areas, state(), 0).unwrap_err(),
         StealError::Register(RegisterError::Misaligned)
     );
     assert_eq!(m.traps().msr_writes, before, "no MSR written");
@@ -252,4 +276,23 @@ fn readers_on_several_cpus_under_a_hostile_host_see_only_plausible_steal() {
         totals.iter().any(|&t| t > 0),
         "some honest steal was accepted: {totals:?}"
     );
+}
+
+#[test]
+fn one_steal_time_per_state_and_a_dropped_one_frees_it() {
+    let m = machine(1);
+    let st = state();
+    let a = StealTime::probe(m, m.alloc_steal_areas(1), st, 0).unwrap();
+    let again = StealTime::probe(m, m.alloc_steal_areas(1), st, 0);
+    assert_eq!(again.unwrap_err(), StealError::StateInUse);
+    drop(a);
+    let b = StealTime::probe(m, m.alloc_steal_areas(1), st, m.now_ns()).unwrap();
+    assert_eq!(b.steal_ns(m.now_ns()), Some(0));
+}
+
+#[test]
+fn steal_time_stays_small_enough_to_move_on_a_kernel_stack() {
+    // `Clock` (which holds one) is built and moved by value at boot.
+    let size = std::mem::size_of::<StealTime<&'static SimMachine>>();
+    assert!(size <= 128, "{size} bytes");
 }

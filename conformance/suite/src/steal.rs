@@ -21,5 +21,7 @@ use core::fmt;
 pub trait StealTime {
     /// Steal time of the calling CPU in ns (any origin: the check uses
     /// differences), or `None` after writing why there is none to `why`.
+    ///
+    /// Interrupt-safe: as the implementation's reader (the suite calls it from its own loop).
     fn steal_ns(&self, why: &mut dyn fmt::Write) -> Option<u64>;
 }

@@ -89,6 +89,8 @@ impl<'a> Suite<'a> {
     /// over `steal`: it never decreases and never grows faster than the
     /// reference (skipped, with the reason `steal` gives, where there is
     /// none). Without this call that check is not run.
+    ///
+    /// Interrupt-safe: yes (stores the reference).
     pub fn steal(mut self, steal: &'a dyn StealTime) -> Suite<'a> {
         self.steal = Some(steal);
         self

@@ -52,6 +52,8 @@ pub struct StealSample {
 impl KvmStealTime {
     const_fn! {
         /// A zeroed area.
+        ///
+        /// Interrupt-safe: yes.
         pub fn new() -> KvmStealTime {
             KvmStealTime {
                 steal: AtomicU64::new(0),
@@ -66,6 +68,8 @@ impl KvmStealTime {
 
     /// One seqlock attempt: `None` if the version was odd or changed under
     /// the read. Relaxed loads and explicit fences, as for the pvclock area.
+    ///
+    /// Interrupt-safe: yes (loads only).
     #[inline]
     pub fn try_sample(&self) -> Option<StealSample> {
         let version = self.version.load(Ordering::Relaxed);
@@ -81,6 +85,8 @@ impl KvmStealTime {
     /// Bounded retry of [`try_sample`](Self::try_sample): `None` after
     /// `attempts` samples that all found the version odd or changing (a host
     /// stuck mid-update cannot hang the reader).
+    ///
+    /// Interrupt-safe: yes (bounded loads).
     #[inline]
     pub fn sample(&self, attempts: u32) -> Option<StealSample> {
         for _ in 0..attempts {
@@ -95,6 +101,8 @@ impl KvmStealTime {
     /// Whether the host says the owning vCPU is descheduled now (bit 0 of
     /// `preempted`; the other bits are host-guest requests such as
     /// `KVM_VCPU_FLUSH_TLB`, not a state).
+    ///
+    /// Interrupt-safe: yes (one load).
     #[inline]
     pub fn preempted(&self) -> bool {
         self.preempted.load(Ordering::Relaxed) & KVM_VCPU_PREEMPTED != 0
@@ -104,6 +112,8 @@ impl KvmStealTime {
     /// even after (an update left open, odd, is finished rather than
     /// restarted). A guest never writes the area; this is for simulators,
     /// benchmarks and tests that play the host.
+    ///
+    /// Interrupt-safe: yes (stores only; a host's part).
     pub fn publish(&self, steal: u64) {
         let odd = self.version.load(Ordering::SeqCst) | 1;
         self.version.store(odd, Ordering::SeqCst);
@@ -147,6 +157,8 @@ impl StealTimePage {
 
     const_fn! {
         /// A zeroed page.
+        ///
+        /// Interrupt-safe: yes.
         pub fn new() -> StealTimePage {
             StealTimePage {
                 areas: array![KvmStealTime::new(); StealTimePage::AREAS],
@@ -164,6 +176,8 @@ impl Default for StealTimePage {
 impl PhysMapped<StealTimePage> {
     /// The page's areas, each at its exact physical address (the page is
     /// one frame).
+    ///
+    /// Interrupt-safe: yes.
     pub fn steal_areas(&self) -> PhysMapped<[KvmStealTime]> {
         PhysMapped {
             virt: &self.virt.areas[..],
@@ -192,6 +206,8 @@ const _: () = {
 /// not 64-byte aligned ([`RegisterError::Misaligned`]), simulated memory on
 /// real hardware, or an MSR whose read raises #GP where the OS recovers
 /// from that ([`RegisterError::Faulted`]).
+///
+/// Interrupt-safe: no (writes an MSR).
 pub fn kvm_register_steal_time<H: Hardware>(
     hw: &H,
     area: PhysMapped<KvmStealTime>,
@@ -212,6 +228,8 @@ pub fn kvm_register_steal_time<H: Hardware>(
 /// Stops the host from updating the calling vCPU's steal-time area (writes
 /// 0 to [`Msr::KVM_STEAL_TIME`]): from then on the memory is the guest's
 /// again.
+///
+/// Interrupt-safe: no (writes an MSR).
 pub fn kvm_unregister_steal_time<H: Hardware>(hw: &H) {
     // SAFETY: a zero value disables the area; no memory is handed over.
     unsafe { hw.wrmsr(Msr::KVM_STEAL_TIME, 0) }

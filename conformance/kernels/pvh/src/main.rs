@@ -33,8 +33,10 @@ struct PvclockPage([PvclockVcpuTimeInfo; smp::MAX_CPUS]);
 
 static PVCLOCK: PvclockPage = PvclockPage([const { PvclockVcpuTimeInfo::new() }; smp::MAX_CPUS]);
 
-/// One KVM steal-time area per vCPU (64 per page).
+/// One KVM steal-time area per vCPU (64 per page), and the guest's
+/// per-CPU steal-time state.
 static STEAL: StealTimePage = StealTimePage::new();
+static STEAL_STATE: clockhal::kvmclock::StealState = clockhal::kvmclock::StealState::new();
 
 /// The low 4 GiB are identity mapped by clockhal-boot.
 const IDENTITY_LIMIT: u64 = 1 << 32;
@@ -78,7 +80,7 @@ fn kmain(info: &'static BootInfo) -> ! {
     let mut platform = Platform::new()
         .hpet_mapper(&mut map_hpet)
         .pvclock_areas(areas)
-        .steal_time(steal)
+        .steal_time(steal, &STEAL_STATE)
         .tsc_sync(sync)
         .cpus(cpus)
         .policy(Policy::new());
@@ -170,6 +172,16 @@ fn kmain(info: &'static BootInfo) -> ! {
         }
         let _ = line::write_check(&mut clockhal_boot::serial::lock(), r);
     });
+
+    // What the host wrote into the boot CPU's steal-time area (version 0:
+    // it never wrote it).
+    let st = &STEAL.areas[0];
+    println!(
+        "kernel: steal-time area 0: version {}, host counter {} ns, refused {:?}",
+        st.version.load(core::sync::atomic::Ordering::Relaxed),
+        st.steal.load(core::sync::atomic::Ordering::Relaxed),
+        clock.as_ref().map(|c| c.steal_time().map(|s| s.stats()))
+    );
 
     // The user clock page, read in ring 3 while the kernel switches sources.
     let pvclock_phys = PVCLOCK.0.as_ptr() as u64;
