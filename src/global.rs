@@ -79,6 +79,8 @@ pub trait ClockNow: Sync {
     /// clamp granule): a reading may lie up to this far below the true
     /// time, so a wait adds it to end no earlier than asked. The default,
     /// 1 ns, is right for a clock whose readings are exact to the ns.
+    ///
+    /// Interrupt-safe: yes (an implementation must be).
     fn resolution(&self) -> Duration {
         Duration::from_nanos(1)
     }
