@@ -649,7 +649,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// drops the clock. Reads on this CPU afterwards hold their value (they
     /// do not count towards [`STUCK_READS`]: the source still serves the
     /// other CPUs). The CPU's steal-time area is turned off too (its steal
-    /// so far is kept: [`steal_ns`](Self::steal_ns) continues above it after
+    /// so far is kept: `steal_ns` continues above it after
     /// a new registration).
     ///
     /// Interrupt-safe: no (writes MSRs).
