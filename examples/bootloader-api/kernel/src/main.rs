@@ -32,6 +32,8 @@ use core::fmt::Write;
 static BOOTLOADER_CONFIG: BootloaderConfig = {
     let mut config = BootloaderConfig::new_default();
     config.mappings.physical_memory = Some(Mapping::Dynamic);
+    // probe + into_clock + the suite need more than the default 80 KiB.
+    config.kernel_stack_size = 256 * 1024;
     config
 };
 
