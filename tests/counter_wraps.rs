@@ -17,19 +17,12 @@
 ))]
 
 use clockhal::x86::Hardware;
-use clockhal::{SourceId, WatchdogEvent};
+use clockhal::SourceId;
 use clockhal_sim::{HpetConfig, SimConfig, SimMachine};
 
 mod adversarial;
 
-use adversarial::{clock, leak, ms, SimClock};
-
-fn bad(e: &WatchdogEvent) -> bool {
-    matches!(
-        e,
-        WatchdogEvent::Switched { .. } | WatchdogEvent::Demoted { .. }
-    )
-}
+use adversarial::{bad, clock, leak, ms, SimClock};
 
 /// Reads every `step_ns`, `n` times; each reading must be within `tol_ns`
 /// of the machine's true elapsed time and never go back.

@@ -12,17 +12,10 @@
 
 mod adversarial;
 
-use adversarial::{clock, leak, ms, race};
+use adversarial::{bad, clock, leak, ms, race};
 use clockhal::x86::Hardware;
-use clockhal::{SourceId, Verdict, WatchdogEvent};
+use clockhal::{SourceId, Verdict};
 use clockhal_sim::SimMachine;
-
-fn bad(e: &WatchdogEvent) -> bool {
-    matches!(
-        e,
-        WatchdogEvent::Switched { .. } | WatchdogEvent::Demoted { .. }
-    )
-}
 
 /// S3 for `secs`: the TSC restarts near 0, the HPET is halted and reset.
 fn s3(m: &SimMachine, secs: u64) {

@@ -315,6 +315,14 @@ pub fn ticks(
 }
 
 /// `d` of simulated time.
+/// A tick that moved the clock off its source (a demotion or a switch).
+pub fn bad(e: &WatchdogEvent) -> bool {
+    matches!(
+        e,
+        WatchdogEvent::Switched { .. } | WatchdogEvent::Demoted { .. }
+    )
+}
+
 pub fn ms(n: u64) -> u64 {
     n * 1_000_000
 }
