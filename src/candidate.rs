@@ -108,6 +108,16 @@ impl SourceId {
             _ => CounterDomain::Other(self.index() as u8),
         }
     }
+
+    /// The source whose counter this one falls back to when it has no map
+    /// (the Hyper-V page's TIME_REF_COUNT): it cannot vouch for readings of
+    /// its own counter in the jump check.
+    pub(crate) const fn fallback_counter(self) -> Option<SourceId> {
+        match self {
+            SourceId::HypervPage => Some(SourceId::HypervMsr),
+            _ => None,
+        }
+    }
 }
 
 /// The source objects of one probe, indexed by [`SourceId::index`].

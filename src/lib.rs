@@ -151,7 +151,6 @@ pub mod global;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod hosted;
 pub mod lapic;
-mod mapped;
 mod platform;
 mod probe;
 mod probe_cost;

@@ -24,6 +24,7 @@ mod slot;
 mod source;
 mod sync;
 mod time;
+pub mod timeline;
 mod update;
 mod watchdog;
 
@@ -48,6 +49,9 @@ pub use slot::{
 };
 pub use source::{ClockSource, Quality, ReadCost, Stability};
 pub use time::{Duration, DurationOverflow, Instant};
+pub use timeline::{
+    LastMap, MapMiss, MapNow, ReadHw, ReadState, Standalone, Timeline, TimelineOwner, TscSource,
+};
 pub use update::{
     judge_update, judge_update_after, UpdateBounds, UpdateFault, UpdateJudge, UpdateVerdict,
 };

@@ -17,10 +17,10 @@ pub use stamp::{Stamp, StampConverter};
 pub use watchdog::WatchdogEvent;
 
 pub use crate::cpu_error::CpuError;
-use crate::mapped::Mapped;
 use crate::probe::Backends;
 pub(crate) use crate::settings::Settings;
 use crate::{Probed, Report, SourceId, Verdict, MAX_CANDIDATES};
+use clockhal_core::TscSource;
 use clockhal_core::{
     ClockSource, Duration, Frequency, Instant, MonotonicClamp, PerCpuSlots, Scale, SlotSet,
     Stability,
@@ -519,21 +519,29 @@ impl<H: Hardware + Clone> Clock<H> {
     /// While it is current, what the clock returned from it is known to
     /// the judge of its parameters.
     fn mapped_now_ns(&self, id: SourceId) -> Option<u64> {
-        fn value<M: Mapped>(m: Option<&M>, cpu: usize, returned: Option<u64>) -> Option<u64> {
-            let m = m?;
-            m.map_now(cpu, returned)
-                .map(|n| n.map.apply(n.tsc))
-                .or_else(|| Mapped::fallback_ns(m, cpu))
-        }
         let cpu = self.hw.cpu_index();
         let b = &self.backends;
         let returned = (id == self.source_id())
             .then(|| self.returned_by(self.offsets[id.index()].load(Ordering::Acquire)))
             .flatten();
+        fn value<H: Hardware + Clone, M: TscSource>(
+            clock: &Clock<H>,
+            m: Option<&M>,
+            id: SourceId,
+            cpu: usize,
+            returned: Option<u64>,
+        ) -> Option<u64> {
+            let m = m?;
+            clock
+                .map_now_of(m, id, cpu, returned)
+                .ok()
+                .map(|n| n.map.apply(n.tsc))
+                .or_else(|| m.fallback_ns(cpu))
+        }
         match id {
-            SourceId::Kvmclock => value(b.kvmclock_mapped(), cpu, returned),
-            SourceId::HypervPage => value(b.hyperv_page_mapped(), cpu, returned),
-            SourceId::Tsc => value(b.tsc_mapped(), cpu, returned),
+            SourceId::Kvmclock => value(self, b.kvmclock_mapped(), id, cpu, returned),
+            SourceId::HypervPage => value(self, b.hyperv_page_mapped(), id, cpu, returned),
+            SourceId::Tsc => value(self, b.tsc_mapped(), id, cpu, returned),
             _ => None,
         }
     }

@@ -11,20 +11,12 @@
 //! preempted a writer on the same CPU computes its value without the cache.
 
 use super::{Clock, REVALIDATE_NS};
-use crate::mapped::Mapped;
 use crate::{Demotion, SourceId};
-use clockhal_core::{Scale, SlotEntry};
-use clockhal_x86::Hardware;
+use clockhal_core::{LastMap, MapMiss, MapNow, ReadState, Scale, TimelineOwner, TscSource};
+use clockhal_x86::{Hardware, Seam};
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
-/// Clock readings above this (292 years) are a source reading below the
-/// timeline's start, wrapped: treated as "before 0", never as time.
-pub(crate) const BEFORE_ZERO: u64 = 1 << 63;
-
-/// "Before zero" by more than this (2^60 ns, 36 years) is no real clock's
-/// step back: a TSC that crossed 2^64 (2^64 ticks are 225 years at
-/// 2.6 GHz, 36 years at 16 GHz), garbage.
-pub(crate) const FAR_BEFORE_ZERO_NS: u64 = 1 << 60;
+pub(crate) use clockhal_core::timeline::BEFORE_ZERO;
 
 /// The state word's source index bits.
 pub(crate) const ID_MASK: u32 = 0x7F;
@@ -72,9 +64,10 @@ impl<H: Hardware + Clone> Clock<H> {
         }
     }
 
-    /// A TSC-based current source: this CPU's cached map, else the slow path.
+    /// A TSC-based current source: core's one read loop
+    /// ([`clockhal_core::timeline`]) with the clock as its owner.
     #[inline(always)]
-    fn read_mapped<M: Mapped>(
+    fn read_mapped<M: TscSource>(
         &self,
         m: Option<&M>,
         st: u32,
@@ -85,109 +78,60 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(m) = m else {
             return self.read_device(st, cpu);
         };
-        // A CPU sharing the overflow slot has no cache (PerCpuSlots::cache).
-        let Some(slot) = self.slots().cache(cpu) else {
-            return self.mapped_slow(m, st, cpu);
-        };
+        let rs = self.read_state();
+        let hw = Seam(&self.hw);
         // After the TSC read: that no switch began, that the reader still
         // runs on `cpu` (a kernel that migrates threads mid-read gets a
         // retry), and the source's token.
-        let tag = || {
-            if self.state.load(Relaxed) == st && (fixed || self.hw.cpu_index() == cpu) {
-                m.tag(cpu)
+        let token = || {
+            if self.state.load(Relaxed) == st
+                && (!M::PER_CPU_MAP || fixed || self.hw.cpu_index() == cpu)
+            {
+                m.token(cpu)
             } else {
                 None
             }
         };
-        // The slot is this CPU's own: its CPU-local maximum.
-        let read = slot.read_raised(
-            st << 1,
-            tag,
-            || t,
-            |ns| self.clamp.clamp(ns),
-            |cell, v| self.hw.fetch_max_local(cell, v),
-        );
-        match read {
+        match rs.read_fast(hw, cpu, st << 1, token, t) {
             Some(v) => v,
-            None => self.mapped_slow(m, st, cpu),
+            None => rs.read_slow(hw, m, Owner(self), st << 1, cpu),
         }
+    }
+
+    /// The clock's per-CPU slots and clamp, as core's loop reads them.
+    #[inline(always)]
+    pub(crate) fn read_state(&self) -> ReadState<'_> {
+        ReadState {
+            slots: Some(self.slots()),
+            clamp: &self.clamp,
+        }
+    }
+
+    /// `m`'s validated map now for CPU `cpu`, judged against the clock's
+    /// own last map there (outside the read loop: stamps, the user page,
+    /// a new offset). `returned` as for [`TscSource::map_now`].
+    pub(crate) fn map_now_of<M: TscSource>(
+        &self,
+        m: &M,
+        id: SourceId,
+        cpu: usize,
+        returned: Option<u64>,
+    ) -> Result<MapNow, MapMiss> {
+        let st = self.state.load(Acquire);
+        let last = if st & ID_MASK == id.index() as u32 {
+            let offset = self.offsets[id.index()].load(Acquire);
+            self.read_state().last_map(cpu, st << 1, offset)
+        } else {
+            None
+        };
+        m.map_now(cpu, last.filter(|l: &LastMap| l.current), returned)
     }
 
     /// Raises `ns` to the floors that apply: this CPU's always, and the
     /// global clamp for a source that does not order readings across CPUs.
     #[inline(always)]
     pub(crate) fn raise(&self, cpu: usize, ordered: bool, ns: u64) -> u64 {
-        let v = if ordered { ns } else { self.clamp.clamp(ns) };
-        self.slots()
-            .raise(cpu, v, |cell, v| self.hw.fetch_max_local(cell, v))
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn mapped_slow<M: Mapped>(&self, m: &M, st: u32, cpu: usize) -> u64 {
-        if st & SWITCHING != 0 {
-            return self.hold_uncounted(cpu);
-        }
-        let id = (st & ID_MASK) as usize;
-        let offset = self.offsets[id].load(Acquire);
-        let (v, ordered) = match m.map_now(cpu, self.returned_by(offset)) {
-            Some(now) => {
-                let map = now.map.offset_by(offset);
-                let v = map.apply(now.tsc);
-                if v > BEFORE_ZERO {
-                    return self.before_zero(cpu, now.ordered, v);
-                }
-                if !now.ordered {
-                    // Leaving the source's own order for the clamp's.
-                    self.clamp.absorb(self.slots().max_floor());
-                }
-                if !self.plausible(v) {
-                    return self.hold(cpu);
-                }
-                let limit = v
-                    .saturating_add(REVALIDATE_NS)
-                    .min(self.ceiling.load(Acquire))
-                    .min(self.deadline.load(Acquire));
-                if let (true, Some(slot)) =
-                    (self.state.load(Acquire) == st, self.slots().cache(cpu))
-                {
-                    let ordered_bit = if now.ordered { SlotEntry::ORDERED } else { 0 };
-                    slot.store(&SlotEntry {
-                        tag: now.tag,
-                        epoch: (st << 1) | ordered_bit,
-                        map,
-                        tsc: now.tsc,
-                        limit,
-                    });
-                }
-                (v, now.ordered)
-            }
-            None => match m.fallback_ns(cpu) {
-                Some(ns) if ns.wrapping_add(offset) > BEFORE_ZERO => {
-                    return self.before_zero(cpu, false, ns.wrapping_add(offset));
-                }
-                Some(ns) => {
-                    let v = ns.wrapping_add(offset);
-                    if !self.plausible_from(v, M::FALLBACK_ORIGIN) {
-                        return self.hold(cpu);
-                    }
-                    // Leaving the source's own order for the clamp's (as
-                    // for an unordered map above).
-                    self.clamp.absorb(self.slots().max_floor());
-                    (v, false)
-                }
-                None if !m.serves(cpu) => return self.hold_uncounted(cpu),
-                None => return self.hold(cpu),
-            },
-        };
-        if self.state.load(Acquire) != st {
-            // A switch began meanwhile: the offset read may be the new one.
-            // Hold (bounded: no retry that a stream of switches could
-            // repeat without end).
-            return self.hold_uncounted(cpu);
-        }
-        self.after_fresh(v);
-        self.raise(cpu, ordered, v)
+        self.read_state().raise(Seam(&self.hw), cpu, ordered, ns)
     }
 
     /// The highest instant returned so far, in the nanoseconds of the
@@ -199,24 +143,6 @@ impl<H: Hardware + Clone> Clock<H> {
         let high = self.high_water();
         let v = high.wrapping_sub(offset);
         (high != 0 && v <= BEFORE_ZERO).then_some(v)
-    }
-
-    /// A reading `v` below where the clock's timeline started for its
-    /// source ("before 0" on the wrapping timeline, never ~2^64). Below by
-    /// anything a real clock can be (a step back soon after the start, an
-    /// AP behind the boot CPU, by any amount up to [`FAR_BEFORE_ZERO_NS`]):
-    /// this CPU's floor answers, and for a source that does not order
-    /// readings across CPUs the clamp too (what any CPU returned), not
-    /// counted. Further below, nothing but garbage explains it (a TSC that
-    /// crossed 2^64 under an absolute map): a held read, counted against
-    /// the source.
-    #[cold]
-    fn before_zero(&self, cpu: usize, ordered: bool, v: u64) -> u64 {
-        if v.wrapping_neg() <= FAR_BEFORE_ZERO_NS {
-            self.raise(cpu, ordered, 0)
-        } else {
-            self.hold(cpu)
-        }
     }
 
     /// A device (HPET, PM timer, Hyper-V MSR, an OS-supplied source): one
@@ -263,11 +189,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// tick), so it never freezes for good.
     #[cold]
     pub(crate) fn hold(&self, cpu: usize) -> u64 {
-        let held = self.held.fetch_add(1, Relaxed).saturating_add(1);
-        if held >= super::STUCK_READS {
-            self.held.store(0, Relaxed);
-            self.demote_current(Demotion::Stuck { held_reads: held });
-        }
+        self.count_held();
         let v = self.high_water();
         self.raise(cpu, true, v)
     }
@@ -280,6 +202,17 @@ impl<H: Hardware + Clone> Clock<H> {
     fn hold_uncounted(&self, cpu: usize) -> u64 {
         let v = self.high_water();
         self.raise(cpu, true, v)
+    }
+
+    /// A run of held reads that counts against the source (see
+    /// [`hold`](Self::hold)), without the read.
+    #[cold]
+    fn count_held(&self) {
+        let held = self.held.fetch_add(1, Relaxed).saturating_add(1);
+        if held >= super::STUCK_READS {
+            self.held.store(0, Relaxed);
+            self.demote_current(Demotion::Stuck { held_reads: held });
+        }
     }
 
     /// A fresh value was produced: the run of held reads ends; a supervised
@@ -323,5 +256,60 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Raises the ceiling (never lowers it).
     pub(crate) fn raise_ceiling(&self, to: u64) {
         self.ceiling.fetch_max(to, AcqRel);
+    }
+}
+
+/// The clock as the owner of core's read loop over its current TSC-based
+/// source: its epoch is its state word (a switch or a backend's changed
+/// promises start a new one), its offset the source's, and a reading is
+/// returned only through the clock's own checks (the jump check, the
+/// supervision deadline, the stuck-read count).
+struct Owner<'a, H: Hardware + Clone>(&'a Clock<H>);
+
+impl<H: Hardware + Clone> Clone for Owner<'_, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<H: Hardware + Clone> Copy for Owner<'_, H> {}
+
+impl<H: Hardware + Clone> TimelineOwner for Owner<'_, H> {
+    #[inline(always)]
+    fn epoch(&self) -> u32 {
+        self.0.state.load(Acquire) << 1
+    }
+    #[inline(always)]
+    fn current(&self, epoch: u32) -> bool {
+        self.0.state.load(Acquire) << 1 == epoch
+    }
+    fn must_hold(&self, epoch: u32) -> bool {
+        (epoch >> 1) & SWITCHING != 0
+    }
+    fn offset(&self, epoch: u32) -> u64 {
+        let id = ((epoch >> 1) & ID_MASK) as usize;
+        self.0.offsets[id].load(Acquire)
+    }
+    fn plausible(&self, v: u64, fallback: bool) -> bool {
+        let id = SourceId::from_index(((self.epoch() >> 1) & ID_MASK) as usize);
+        // A fallback counter cannot vouch for its own readings.
+        let origin = if fallback {
+            id.and_then(SourceId::fallback_counter)
+        } else {
+            None
+        };
+        self.0.plausible_from(v, origin)
+    }
+    fn limit(&self, v: u64) -> u64 {
+        v.saturating_add(REVALIDATE_NS)
+            .min(self.0.ceiling.load(Acquire))
+            .min(self.0.deadline.load(Acquire))
+    }
+    fn fresh(&self, v: u64) {
+        self.0.after_fresh(v);
+    }
+    fn held(&self, counted: bool) {
+        if counted {
+            self.0.count_held();
+        }
     }
 }

@@ -4,8 +4,8 @@
 
 use super::read::{BEFORE_ZERO, ID_MASK, SWITCHING};
 use super::Clock;
-use crate::mapped::Mapped;
 use crate::SourceId;
+use clockhal_core::TscSource;
 use clockhal_core::{Instant, TscMap};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering::Acquire;
@@ -173,14 +173,16 @@ impl<H: Hardware + Clone> Clock<H> {
         self.stamp_converter()?.instant(stamp)
     }
 
-    fn converter_of<M: Mapped>(
+    fn converter_of<M: TscSource>(
         &self,
         m: Option<&M>,
         id: SourceId,
         cpu: usize,
     ) -> Option<StampConverter> {
         let offset = self.offsets[id.index()].load(Acquire);
-        let now = m?.map_now(cpu, self.returned_by(offset))?;
+        let now = self
+            .map_now_of(m?, id, cpu, self.returned_by(offset))
+            .ok()?;
         let map = now.map.offset_by(offset);
         // What `now()` would return with this map passes the clock's own
         // checks first: the backend's judgement alone lets through an

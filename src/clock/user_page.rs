@@ -162,11 +162,10 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Without a map, the clock's reading and then the TSC: a gap
     /// between them puts the line behind the kernel's, never ahead.
     fn tsc_anchor(&self, offset: u64) -> (u64, u64) {
-        if let Some(n) = self
-            .backends
-            .tsc_mapped()
-            .and_then(|m| crate::mapped::Mapped::map_now(m, self.hw.cpu_index(), None))
-        {
+        if let Some(n) = self.backends.tsc_mapped().and_then(|m| {
+            self.map_now_of(m, crate::SourceId::Tsc, self.hw.cpu_index(), None)
+                .ok()
+        }) {
             return (n.tsc, n.map.apply(n.tsc).wrapping_add(offset));
         }
         let ns = self.now_ns();

@@ -3,7 +3,6 @@
 #[cfg(feature = "hyperv")]
 mod enabled {
     use crate::candidate::Sources;
-    use crate::mapped::{MapNow, Mapped};
     use crate::probe::{Backend, Cx, Probe, TscHints};
     use crate::{Note, Rejection, SourceId};
     use clockhal_hyperv::{Hyperv, HypervConfig, HypervPageClock, PageError};
@@ -46,26 +45,6 @@ mod enabled {
             }
             Some(h)
         }
-    }
-
-    impl<H: Hardware> Mapped for HypervPageClock<H> {
-        #[inline(always)]
-        fn tag(&self, _: usize) -> Option<u32> {
-            Some(self.sequence())
-        }
-        fn map_now(&self, cpu: usize, returned: Option<u64>) -> Option<MapNow> {
-            let m = self.page_map_after(cpu, returned).ok()?;
-            Some(MapNow {
-                tag: m.sequence,
-                map: m.map,
-                ordered: m.ordered,
-                tsc: m.tsc,
-            })
-        }
-        fn fallback_ns(&self, _: usize) -> Option<u64> {
-            HypervPageClock::fallback_ns(self)
-        }
-        const FALLBACK_ORIGIN: Option<SourceId> = Some(SourceId::HypervMsr);
     }
 
     impl<H: Hardware + Clone> crate::probe::Backends<H> {

@@ -3,7 +3,6 @@
 #[cfg(feature = "kvmclock")]
 mod enabled {
     use crate::candidate::Sources;
-    use crate::mapped::{MapNow, Mapped};
     use crate::probe::{Backend, Cx, Probe, TscHints};
     use crate::{CpuError, Note, Rejection, SourceId};
     use clockhal_kvmclock::{Kvmclock, KvmclockConfig};
@@ -48,28 +47,6 @@ mod enabled {
                     None
                 }
             }
-        }
-    }
-
-    impl<H: Hardware> Mapped for Kvmclock<H> {
-        #[inline(always)]
-        fn tag(&self, cpu: usize) -> Option<u32> {
-            self.area_version(cpu)
-        }
-        fn map_now(&self, cpu: usize, returned: Option<u64>) -> Option<MapNow> {
-            let m = self.area_map_after(cpu, returned).ok()?;
-            Some(MapNow {
-                tag: m.version,
-                map: m.map,
-                ordered: m.ordered,
-                tsc: m.tsc,
-            })
-        }
-        fn fallback_ns(&self, _: usize) -> Option<u64> {
-            None
-        }
-        fn serves(&self, cpu: usize) -> bool {
-            self.is_registered(cpu)
         }
     }
 

@@ -183,18 +183,18 @@ impl<H, const IDS: u32> Backend for Disabled<H, IDS> {
     }
 }
 
-impl<H, const IDS: u32> crate::mapped::Mapped for Disabled<H, IDS> {
-    fn tag(&self, _: usize) -> Option<u32> {
+impl<H, const IDS: u32> clockhal_core::TscSource for Disabled<H, IDS> {
+    fn token(&self, _: usize) -> Option<u32> {
         match *self {
             Disabled::Never(never, _) => match never {},
         }
     }
-    fn map_now(&self, _: usize, _: Option<u64>) -> Option<crate::mapped::MapNow> {
-        match *self {
-            Disabled::Never(never, _) => match never {},
-        }
-    }
-    fn fallback_ns(&self, _: usize) -> Option<u64> {
+    fn map_now(
+        &self,
+        _: usize,
+        _: Option<clockhal_core::LastMap>,
+        _: Option<u64>,
+    ) -> Result<clockhal_core::MapNow, clockhal_core::MapMiss> {
         match *self {
             Disabled::Never(never, _) => match never {},
         }
@@ -298,9 +298,10 @@ impl<H: Hardware + Clone> Backends<H> {
     /// Whether `id`'s readings on CPU `cpu` are its own: kvmclock's only
     /// where the CPU's area is registered (elsewhere it holds).
     pub(crate) fn serves(&self, id: SourceId, cpu: usize) -> bool {
-        use crate::mapped::Mapped;
         match id {
-            SourceId::Kvmclock => self.kvmclock_mapped().is_none_or(|k| k.serves(cpu)),
+            SourceId::Kvmclock => self
+                .kvmclock_mapped()
+                .is_none_or(|k| clockhal_core::TscSource::serves(k, cpu)),
             _ => true,
         }
     }

@@ -3,10 +3,9 @@
 #[cfg(feature = "tsc")]
 mod enabled {
     use crate::candidate::Sources;
-    use crate::mapped::{MapNow, Mapped};
     use crate::probe::{Backend, Cx};
     use crate::{CpuError, Note, Rejection, SourceId};
-    use clockhal_core::{ClockSource, Frequency, Stability};
+    use clockhal_core::{ClockSource, Frequency};
     use clockhal_tsc::{RateProvenance, Tsc, TscError, TscOptions, SUPERVISED_MAX_UNCERTAINTY_PPM};
     use clockhal_x86::Hardware;
 
@@ -191,24 +190,6 @@ mod enabled {
     #[cfg(not(feature = "rtc"))]
     fn rtc_seconds<H: Hardware + Clone>(_: &Cx<'_, '_, H>) -> Option<clockhal_tsc::Calibration> {
         None
-    }
-
-    impl<H: Hardware> Mapped for Tsc<H> {
-        #[inline(always)]
-        fn tag(&self, _: usize) -> Option<u32> {
-            Some(0)
-        }
-        fn map_now(&self, _: usize, _: Option<u64>) -> Option<MapNow> {
-            Some(MapNow {
-                tag: 0,
-                map: self.map(),
-                ordered: self.stability().contains(Stability::MONOTONIC_ACROSS_CPUS),
-                tsc: self.hardware().rdtsc_ordered(),
-            })
-        }
-        fn fallback_ns(&self, _: usize) -> Option<u64> {
-            None
-        }
     }
 
     impl<H: Hardware> Backend for Tsc<H> {

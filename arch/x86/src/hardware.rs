@@ -417,3 +417,34 @@ pub fn rdmsr_checked<H: Hardware + ?Sized>(hw: &H, msr: Msr) -> Option<u64> {
         Some(hw.rdmsr(msr))
     }
 }
+
+/// Any [`Hardware`] as the one read loop in `clockhal-core` needs it
+/// ([`clockhal_core::timeline`]).
+#[derive(Debug)]
+pub struct Seam<'a, H: ?Sized>(pub &'a H);
+
+impl<H: ?Sized> Clone for Seam<'_, H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<H: ?Sized> Copy for Seam<'_, H> {}
+
+impl<H: Hardware + ?Sized> clockhal_core::ReadHw for Seam<'_, H> {
+    #[inline(always)]
+    fn cpu_index(&self) -> usize {
+        self.0.cpu_index()
+    }
+    #[inline(always)]
+    fn cpu_index_is_fixed(&self) -> bool {
+        self.0.cpu_index_is_fixed()
+    }
+    #[inline(always)]
+    fn rdtsc_ordered(&self) -> u64 {
+        self.0.rdtsc_ordered()
+    }
+    #[inline(always)]
+    fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
+        self.0.fetch_max_local(cell, value)
+    }
+}

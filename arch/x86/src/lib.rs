@@ -20,7 +20,7 @@ pub mod paravirt;
 pub mod pit;
 mod sync;
 
-pub use hardware::{rdmsr_checked, CpuidResult, Hardware, MmioRegion, Msr};
+pub use hardware::{rdmsr_checked, CpuidResult, Hardware, MmioRegion, Msr, Seam};
 pub use memory::{OffsetMapping, PhysMemory, SliceMemory};
 #[cfg(target_arch = "x86_64")]
 pub use native::{cpu_local_max, Native};

@@ -29,6 +29,7 @@ pub const MSR_STABILITY: Stability = Stability::MONOTONIC_PER_CPU
 #[derive(Debug)]
 pub struct HypervMsrClock<H: Hardware> {
     pub(crate) hw: H,
+    /// One partition-wide counter: a global clamp orders its readings.
     clamp: MonotonicClamp,
     faults: AtomicU64,
 }

@@ -6,13 +6,13 @@ use crate::sync::{
 };
 use crate::{HypervMsrClock, PageError};
 use clockhal_core::{
-    ClockSource, Frequency, MonotonicClamp, PerCpuSlots, Quality, ReadCost, SlotEntry, SlotSet,
-    Stability, TscMap, UpdateBounds, UpdateJudge,
+    ClampGranule, ClockSource, Frequency, LastMap, MapMiss, MapNow, Quality, ReadCost, SlotEntry,
+    Stability, Timeline, TscMap, TscSource, UpdateBounds, UpdateJudge,
 };
 use clockhal_x86::paravirt::{
     hv_disable_reference_tsc, hv_scale_tsc, HvAttempt, HvReferenceTscPage, HvSample, PhysMapped,
 };
-use clockhal_x86::Hardware;
+use clockhal_x86::{Hardware, Seam};
 
 /// How many times a read samples a page whose sequence changes under it
 /// before falling back to TIME_REF_COUNT (or holding).
@@ -156,12 +156,11 @@ pub struct HypervPageClock<H: Hardware> {
     pub(crate) msr: HypervMsrClock<H>,
     page: PhysMapped<HvReferenceTscPage>,
     msr_fallback: bool,
-    /// This clock's per-CPU slots in the machine's pool.
-    slot_set: SlotSet,
+    /// Its own reads' per-CPU state and clamp (the one read loop in core).
+    timeline: Timeline,
     /// Judges host updates; holds the last parameters any CPU accepted
     /// (the page is partition-wide).
     judge: UpdateJudge,
-    clamp: MonotonicClamp,
     ordered: AtomicBool,
     epoch: AtomicU32,
     counters: Counters,
@@ -185,7 +184,7 @@ impl<H: Hardware> HypervPageClock<H> {
         probe_map: TscMap,
         bounds: UpdateBounds,
     ) -> Result<Self, HypervMsrClock<H>> {
-        let Some(slot_set) = msr.hw.slot_pool().claim() else {
+        let Some(timeline) = Timeline::claim(msr.hw.slot_pool(), ClampGranule::EXACT) else {
             return Err(msr);
         };
         let judge = UpdateJudge::new(probe_map, bounds, page.get().sequence.load(Relaxed), 2);
@@ -193,9 +192,8 @@ impl<H: Hardware> HypervPageClock<H> {
             msr,
             page,
             msr_fallback,
-            slot_set,
+            timeline,
             judge,
-            clamp: MonotonicClamp::new(),
             ordered: AtomicBool::new(true),
             epoch: AtomicU32::new(2),
             counters: Counters::default(),
@@ -203,65 +201,14 @@ impl<H: Hardware> HypervPageClock<H> {
         })
     }
 
-    /// This clock's per-CPU slots.
-    #[inline(always)]
-    fn slots(&self) -> &PerCpuSlots {
-        self.msr.hw.slot_pool().get(&self.slot_set)
-    }
-
-    /// Reference time in nanoseconds (see the type docs). Bounded.
+    /// Reference time in nanoseconds (see the type docs). Bounded. The
+    /// loop is core's ([`clockhal_core::timeline`]) over this page as a
+    /// [`TscSource`].
     /// Interrupt-safe: yes.
     #[inline(always)]
     pub fn read_ns(&self) -> u64 {
-        let cpu = self.msr.hw.cpu_index();
-        let page = self.page.get();
-        let sequence = || Some(page.sequence.load(Relaxed));
-        let epoch = self.epoch.load(Relaxed);
-        let read = self.slots().read_raised(
-            cpu,
-            epoch,
-            sequence,
-            || self.msr.hw.rdtsc_ordered(),
-            |ns| self.clamp.clamp(ns),
-            |cell, v| self.msr.hw.fetch_max_local(cell, v),
-        );
-        match read {
-            Some(v) => v,
-            None => self.read_slow(cpu),
-        }
-    }
-
-    #[inline(always)]
-    fn floor(&self, cpu: usize, ordered: bool, ns: u64) -> u64 {
-        let v = if ordered { ns } else { self.clamp.clamp(ns) };
-        self.slots()
-            .raise(cpu, v, |cell, v| self.msr.hw.fetch_max_local(cell, v))
-    }
-
-    #[cold]
-    fn read_slow(&self, cpu: usize) -> u64 {
-        match self.page_map(cpu) {
-            Ok(m) => self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
-            Err(_) => match self.fallback_ns() {
-                Some(ns) => {
-                    self.counters.msr_fallbacks.fetch_add(1, Relaxed);
-                    // A global counter: ordered across CPUs by the clamp,
-                    // which first takes in what page readings (ordered by
-                    // the host, outside the clamp) returned on every CPU.
-                    self.clamp.absorb(self.slots().max_floor());
-                    self.floor(cpu, false, ns)
-                }
-                None => self.hold(cpu),
-            },
-        }
-    }
-
-    /// No fresh value: what this CPU or, through the clamp, any CPU
-    /// returned (counted).
-    #[cold]
-    fn hold(&self, cpu: usize) -> u64 {
-        self.counters.held.fetch_add(1, Relaxed);
-        self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor()))
+        self.timeline
+            .read(self.msr.hw.slot_pool(), Seam(&self.msr.hw), self)
     }
 
     /// The validated map of the page now, as CPU `cpu` sees it (one
@@ -286,13 +233,38 @@ impl<H: Hardware> HypervPageClock<H> {
     ///
     /// Interrupt-safe: yes (lock-free, bounded).
     pub fn page_map_after(&self, cpu: usize, returned: Option<u64>) -> Result<PageMap, PageError> {
-        // No cache for a CPU sharing the overflow slot (PerCpuSlots::cache).
-        let slot = self.slots().cache(cpu);
         let epoch = self.epoch.load(Acquire);
-        let cached = slot
+        let last = self
+            .timeline
+            .state(self.msr.hw.slot_pool())
+            .slots
+            .and_then(|s| s.cache(cpu))
             .and_then(|s| s.load())
-            .map(|(_, e)| e)
-            .filter(|e| e.epoch & !SlotEntry::ORDERED == epoch);
+            .map(|(_, e)| LastMap {
+                tag: e.tag,
+                map: e.map,
+                ordered: e.epoch & SlotEntry::ORDERED != 0,
+                current: e.epoch & !SlotEntry::ORDERED == epoch,
+            });
+        self.sample_map(last, returned).map(|m| PageMap {
+            sequence: m.tag,
+            map: m.map,
+            ordered: m.ordered,
+            tsc: m.tsc,
+        })
+    }
+
+    /// One sample of the page and, for new parameters, their judgement
+    /// against `last` (the reader's last map on the calling CPU).
+    fn sample_map(
+        &self,
+        last: Option<LastMap>,
+        returned: Option<u64>,
+    ) -> Result<MapNow, PageError> {
+        let epoch = self.epoch.load(Acquire);
+        // Only a map of this epoch is a cache and a baseline (a withdrawn
+        // order or a restore drops both).
+        let cached = last.filter(|l| l.current);
         let s = sample(self.page.get(), || self.msr.hw.rdtsc_ordered())?;
         // The page is the partition's: an update another CPU judged already
         // is taken as judged (its continuity may have rested on an
@@ -339,23 +311,10 @@ impl<H: Hardware> HypervPageClock<H> {
                     .map_err(PageError::Implausible)?
             }
         };
-        let ordered = self.ordered.load(Relaxed);
-        if !ordered {
-            self.clamp.absorb(self.slots().max_floor());
-        }
-        if let Some(slot) = slot {
-            slot.store(&SlotEntry {
-                tag: s.sequence,
-                epoch: epoch | if ordered { SlotEntry::ORDERED } else { 0 },
-                map,
-                tsc: s.tsc,
-                limit: map.apply(s.tsc).saturating_add(REVALIDATE_NS),
-            });
-        }
-        Ok(PageMap {
-            sequence: s.sequence,
+        Ok(MapNow {
+            tag: s.sequence,
             map,
-            ordered,
+            ordered: self.ordered.load(Relaxed),
             tsc: s.tsc,
         })
     }
@@ -363,7 +322,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// The highest value this clock's own reads returned on any CPU
     /// (`None`: nothing yet).
     fn returned(&self) -> Option<u64> {
-        Some(self.clamp.last().max(self.slots().max_floor())).filter(|v| *v != 0)
+        self.timeline.returned(self.msr.hw.slot_pool())
     }
 
     /// Whether a read on CPU `cpu` now returns the MSR's value (the page is
@@ -424,7 +383,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// Interrupt-safe: yes.
     pub fn distrust_order(&self) {
         if self.ordered.swap(false, AcqRel) {
-            self.clamp.absorb(self.slots().max_floor());
+            self.timeline.absorb_floors(self.msr.hw.slot_pool());
             self.epoch.fetch_add(2, AcqRel);
         }
     }
@@ -435,10 +394,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn reset_monotonic(&self) {
         self.epoch.fetch_add(2, AcqRel);
-        for s in self.slots().iter() {
-            s.floor().store(0, Relaxed);
-        }
-        self.clamp.reset();
+        self.timeline.reset(self.msr.hw.slot_pool());
         self.msr.reset_monotonic();
     }
 
@@ -475,7 +431,47 @@ impl<H: Hardware> HypervPageClock<H> {
 impl<H: Hardware> Drop for HypervPageClock<H> {
     fn drop(&mut self) {
         hv_disable_reference_tsc(&self.msr.hw);
-        self.msr.hw.slot_pool().release(&mut self.slot_set);
+        self.timeline.release(self.msr.hw.slot_pool());
+    }
+}
+
+impl<H: Hardware> TscSource for HypervPageClock<H> {
+    /// One page for the partition.
+    const PER_CPU_MAP: bool = false;
+    #[inline(always)]
+    fn token(&self, _: usize) -> Option<u32> {
+        Some(self.sequence())
+    }
+    #[inline(always)]
+    fn token_reader(&self, _: usize) -> Option<impl Fn() -> Option<u32> + '_> {
+        let page = self.page.get();
+        Some(move || Some(page.sequence.load(Relaxed)))
+    }
+    fn map_now(
+        &self,
+        _: usize,
+        last: Option<LastMap>,
+        returned: Option<u64>,
+    ) -> Result<MapNow, MapMiss> {
+        self.sample_map(last, returned).map_err(|e| match e {
+            PageError::Implausible(f) => MapMiss::Rejected(f),
+            PageError::Busy => MapMiss::Busy,
+            _ => MapMiss::Unavailable,
+        })
+    }
+    /// TIME_REF_COUNT (counted in [`PageStats::msr_fallbacks`]).
+    fn fallback_ns(&self, _: usize) -> Option<u64> {
+        let ns = HypervPageClock::fallback_ns(self);
+        if ns.is_some() {
+            self.counters.msr_fallbacks.fetch_add(1, Relaxed);
+        }
+        ns
+    }
+    fn held(&self) {
+        self.counters.held.fetch_add(1, Relaxed);
+    }
+    fn epoch(&self) -> u32 {
+        self.epoch.load(Acquire)
     }
 }
 

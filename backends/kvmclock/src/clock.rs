@@ -3,18 +3,18 @@
 use crate::registry::{Registry, MAX_CPUS};
 use crate::{area::Sample, KvmclockError, WallClock};
 use clockhal_core::{
-    ClampGranule, ClockSource, Frequency, MonotonicClamp, PerCpuSlots, Policy, Quality, ReadCost,
-    SlotEntry, SlotSet, Stability, TscMap, UpdateBounds, UpdateFault, UpdateJudge,
+    ClampGranule, ClockSource, Frequency, LastMap, MapMiss, MapNow, Policy, Quality, ReadCost,
+    SlotEntry, Stability, Timeline, TscMap, TscSource, UpdateBounds, UpdateFault, UpdateJudge,
 };
 use clockhal_x86::cpuid::{self, KvmFeatures};
 use clockhal_x86::paravirt::{
     kvm_register_system_time, kvm_request_wall_clock, kvm_unregister_system_time, PhysMapped,
     PvclockVcpuTimeInfo, PvclockWallClock, PVCLOCK_GUEST_STOPPED, PVCLOCK_TSC_STABLE_BIT,
 };
-use clockhal_x86::{Hardware, Msr};
+use clockhal_x86::{Hardware, Msr, Seam};
 use core::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64,
-    Ordering::{AcqRel, Acquire, Relaxed, Release},
+    Ordering::{AcqRel, Acquire, Relaxed},
 };
 
 /// kvmclock's rating (see the crate docs for the rule).
@@ -48,13 +48,6 @@ pub use clockhal_core::REVALIDATE_NS;
 /// `clockhal`'s `Clock` catches such a step with its jump check (ahead) and
 /// its watchdog (a rate off against an independent counter).
 const MAX_ANCHOR_AGE_TICKS: u64 = 1 << 40;
-
-/// Samples retried on the new CPU when the caller migrates during one.
-const MIGRATION_RETRIES: usize = 3;
-
-/// Epoch bit set in a slot entry whose readings are ordered across CPUs by
-/// the host (trusted stable bit).
-const ORDERED: u32 = SlotEntry::ORDERED;
 
 /// What the OS hands to [`Kvmclock::probe`].
 #[derive(Clone, Copy, Debug)]
@@ -214,19 +207,13 @@ pub struct Kvmclock<H: Hardware> {
     stable_trusted: AtomicBool,
     boot_cpu: usize,
     registry: Registry,
-    /// This clock's per-CPU slots in the machine's pool.
-    slot_set: SlotSet,
+    /// Its own reads' per-CPU state and clamp (the one read loop in core).
+    timeline: Timeline,
     /// Judges host updates; holds the last parameters any CPU accepted (a
     /// CPU's first update is judged against them).
     judge: UpdateJudge,
-    /// Readings of CPUs whose host does not order them (no trusted stable
-    /// bit) go through this global clamp.
-    clamp: MonotonicClamp,
     /// Even; cached entries of another epoch are stale.
     epoch: AtomicU32,
-    /// The epoch the last resume began (entries before it are no
-    /// continuity baseline).
-    resume_epoch: AtomicU32,
     guest_stopped: AtomicBool,
     counters: Counters,
 }
@@ -272,7 +259,7 @@ impl<H: Hardware> Kvmclock<H> {
         // A fresh registry: the claim cannot fail.
         let _ = registry.claim(cpu, apic);
         let probe_map = first.map().ok_or(KvmclockError::NotWritten)?;
-        let Some(slot_set) = hw.slot_pool().claim() else {
+        let Some(timeline) = Timeline::claim(hw.slot_pool(), config.clamp_granule) else {
             registry.release(cpu, apic);
             let _ = kvm_unregister_system_time(&hw, msrs.system_time);
             return Err(KvmclockError::NoPerCpuMemory);
@@ -287,11 +274,9 @@ impl<H: Hardware> Kvmclock<H> {
             stable_permitted,
             stable_trusted: AtomicBool::new(stable_permitted),
             registry,
-            slot_set,
+            timeline,
             judge: UpdateJudge::new(probe_map, config.bounds, first.version, 2),
-            clamp: MonotonicClamp::with_granule(config.clamp_granule),
             epoch: AtomicU32::new(2),
-            resume_epoch: AtomicU32::new(2),
             guest_stopped: AtomicBool::new(false),
             counters: Counters::default(),
         })
@@ -325,9 +310,7 @@ impl<H: Hardware> Kvmclock<H> {
             self.registry.release(cpu, apic);
             return Err(e);
         }
-        if let Some(slot) = self.slots().cache(cpu) {
-            slot.invalidate();
-        }
+        self.timeline.invalidate(self.hw.slot_pool(), cpu);
         self.check_stable_agreement();
         Ok(())
     }
@@ -348,9 +331,7 @@ impl<H: Hardware> Kvmclock<H> {
             // `WrongMsr` cannot happen: `msrs.system_time` is a system-time MSR.
             let _ = kvm_unregister_system_time(&self.hw, self.msrs.system_time);
         }
-        if let Some(slot) = self.slots().cache(cpu) {
-            slot.invalidate();
-        }
+        self.timeline.invalidate(self.hw.slot_pool(), cpu);
     }
 
     /// Unregisters the calling CPU's area and drops the clock (same as
@@ -372,16 +353,11 @@ impl<H: Hardware> Kvmclock<H> {
         let cpu = self.hw.cpu_index();
         let apic = cpuid::apic_id(&self.hw);
         self.registry.release(cpu, apic);
-        // A CPU sharing the overflow slot keeps the shared floor: the other
-        // CPUs on it rely on it.
-        if let Some(slot) = self.slots().cache(cpu) {
-            slot.invalidate();
-            slot.floor().store(0, Release);
-        }
-        if cpu == self.boot_cpu {
-            self.clamp.reset();
-            let now = self.epoch.fetch_add(2, AcqRel).wrapping_add(2);
-            self.resume_epoch.store(now, Release);
+        let machine = cpu == self.boot_cpu;
+        self.timeline.resume_cpu(self.hw.slot_pool(), cpu, machine);
+        if machine {
+            // Every reader's cached maps are of the old host: stale.
+            self.epoch.fetch_add(2, AcqRel);
         }
         self.register_this_cpu()
     }
@@ -390,68 +366,18 @@ impl<H: Hardware> Kvmclock<H> {
     /// on this CPU; across CPUs, ordered by the host while its stable bit is
     /// trusted, else by a global clamp (see the crate docs). Bounded; when
     /// no valid parameters are available the read returns the held value
-    /// and counts it in [`stats`](Self::stats).
+    /// and counts it in [`stats`](Self::stats). The loop is core's
+    /// ([`clockhal_core::timeline`]) over this clock as a [`TscSource`].
     /// Interrupt-safe: yes (NMI too).
     #[inline]
     pub fn read_ns(&self) -> u64 {
-        let cpu = self.hw.cpu_index();
-        let fixed = self.hw.cpu_index_is_fixed();
-        let Some(area) = self.areas.get().get(cpu) else {
-            return self.read_slow(cpu);
-        };
-        let epoch = self.epoch.load(Relaxed);
-        // The version, and that the reader still runs on `cpu` (a kernel
-        // that migrates threads mid-read gets a retry on the new CPU).
-        let version = || {
-            let v = area.version.load(Relaxed);
-            (fixed || self.hw.cpu_index() == cpu).then_some(v)
-        };
-        let read = self.slots().read_raised(
-            cpu,
-            epoch,
-            version,
-            || self.hw.rdtsc_ordered(),
-            |ns| self.clamp.clamp(ns),
-            |cell, v| self.hw.fetch_max_local(cell, v),
-        );
-        match read {
-            Some(v) => v,
-            None => self.read_slow(cpu),
-        }
-    }
-
-    /// This clock's per-CPU slots.
-    #[inline(always)]
-    fn slots(&self) -> &PerCpuSlots {
-        self.hw.slot_pool().get(&self.slot_set)
-    }
-
-    /// Raises the value to the floors that apply to it.
-    #[inline(always)]
-    fn floor(&self, cpu: usize, ordered: bool, ns: u64) -> u64 {
-        let v = if ordered { ns } else { self.clamp.clamp(ns) };
-        self.slots()
-            .raise(cpu, v, |cell, v| self.hw.fetch_max_local(cell, v))
-    }
-
-    #[cold]
-    fn read_slow(&self, cpu: usize) -> u64 {
-        let mut cpu = cpu;
-        // A migration mid-sample is retried on the new CPU, a few times.
-        for _ in 0..MIGRATION_RETRIES {
-            match self.area_map(cpu) {
-                Ok(m) => return self.floor(cpu, m.ordered, m.map.apply(m.tsc)),
-                Err(ReadMiss::Migrated) => cpu = self.hw.cpu_index(),
-                Err(_) => break,
-            }
-        }
-        // Nothing fresh: not earlier than anything any CPU returned.
-        self.floor(cpu, true, self.clamp.last().max(self.slots().max_floor()))
+        self.timeline
+            .read(self.hw.slot_pool(), Seam(&self.hw), self)
     }
 
     /// The validated map of `cpu`'s area now (one seqlock sample, and a
-    /// judgement of the parameters when the host changed them since the
-    /// last one), cached for the read path.
+    /// judgement of the parameters when the host changed them since this
+    /// clock's own reads last cached them on `cpu`).
     ///
     /// Interrupt-safe: yes (lock-free, bounded).
     pub fn area_map(&self, cpu: usize) -> Result<AreaMap, ReadMiss> {
@@ -459,17 +385,48 @@ impl<H: Hardware> Kvmclock<H> {
     }
 
     /// [`area_map`](Self::area_map) for a caller that reads through the
-    /// maps with floors of its own (`clockhal`'s `Clock`): `returned` is
-    /// the highest value it returned from this clock, in kvmclock ns. New
-    /// parameters are a step back only against what was returned (by the
-    /// caller or by [`read_ns`](Self::read_ns)), not against the old
-    /// parameters' extrapolation: after QEMU's `stop`/`cont` the host
-    /// restores kvmclock where the guest stopped, behind that extrapolation
-    /// by the pause, and nobody read past the stop
-    /// ([`clockhal_core::judge_update_after`]).
+    /// maps with floors of its own: `returned` is the highest value it
+    /// returned from this clock, in kvmclock ns. New parameters are a step
+    /// back only against what was returned (by the caller or by
+    /// [`read_ns`](Self::read_ns)), not against the old parameters'
+    /// extrapolation: after QEMU's `stop`/`cont` the host restores kvmclock
+    /// where the guest stopped, behind that extrapolation by the pause, and
+    /// nobody read past the stop ([`clockhal_core::judge_update_after`]).
+    /// A reader with its own per-CPU cache uses [`TscSource::map_now`].
     ///
     /// Interrupt-safe: yes (lock-free, bounded).
     pub fn area_map_after(&self, cpu: usize, returned: Option<u64>) -> Result<AreaMap, ReadMiss> {
+        let epoch = self.epoch.load(Acquire);
+        let last = self
+            .timeline
+            .state(self.hw.slot_pool())
+            .slots
+            .and_then(|s| s.cache(cpu))
+            .and_then(|s| s.load())
+            .and_then(|(_, e)| {
+                (e.epoch != 0).then_some(LastMap {
+                    tag: e.tag,
+                    map: e.map,
+                    ordered: e.epoch & SlotEntry::ORDERED != 0,
+                    current: e.epoch & !SlotEntry::ORDERED == epoch,
+                })
+            });
+        self.sample_map(cpu, last, returned).map(|m| AreaMap {
+            version: m.tag,
+            map: m.map,
+            ordered: m.ordered,
+            tsc: m.tsc,
+        })
+    }
+
+    /// One sample of `cpu`'s area and, for new parameters, their judgement
+    /// against `last` (the reader's last map on `cpu`).
+    fn sample_map(
+        &self,
+        cpu: usize,
+        last: Option<LastMap>,
+        returned: Option<u64>,
+    ) -> Result<MapNow, ReadMiss> {
         let miss = |c: &AtomicU64, m: ReadMiss| {
             c.fetch_add(1, Relaxed);
             Err(m)
@@ -480,19 +437,12 @@ impl<H: Hardware> Kvmclock<H> {
         if !self.registry.is_registered(cpu) {
             return miss(&self.counters.unregistered, ReadMiss::Unregistered);
         }
-        // No cache (nor baseline) for a CPU sharing the overflow slot: what
-        // it holds could be another CPU's.
-        let slot = self.slots().cache(cpu);
-        let epoch = self.epoch.load(Acquire);
-        let entry = slot.and_then(|s| s.load()).map(|(_, e)| e);
-        let cached = entry.filter(|e| e.epoch & !ORDERED == epoch);
-        // This CPU's last validated parameters stay its continuity baseline
-        // across a change of epoch (a revoked stable bit), but not across a
-        // resume, whose restored host's timeline is taken as it is.
-        let resumed = self.resume_epoch.load(Acquire);
-        let baseline = entry
-            .filter(|e| e.epoch != 0 && (e.epoch & !ORDERED).wrapping_sub(resumed) < 1 << 31)
-            .map(|e| e.map);
+        // The reader's map of this epoch is its cache; any it has is this
+        // CPU's continuity baseline, also across a change of epoch (a
+        // revoked stable bit). Not across a resume, whose restored host's
+        // timeline is taken as it is: every reader drops its maps there.
+        let cached = last.filter(|l| l.current);
+        let baseline = last.map(|l| l.map);
         let sampled = Sample::take(area, || self.hw.rdtsc_ordered());
         if self.hw.cpu_index() != cpu {
             return Err(ReadMiss::Migrated);
@@ -507,10 +457,10 @@ impl<H: Hardware> Kvmclock<H> {
                     return Err(ReadMiss::Busy);
                 };
                 let tsc = self.hw.rdtsc_ordered();
-                return Ok(AreaMap {
-                    version: e.tag,
+                return Ok(MapNow {
+                    tag: e.tag,
                     map: e.map,
-                    ordered: e.epoch & ORDERED != 0,
+                    ordered: e.ordered,
                     tsc,
                 });
             }
@@ -551,23 +501,8 @@ impl<H: Hardware> Kvmclock<H> {
                     .map_err(ReadMiss::Rejected)?
             }
         };
-        if !ordered {
-            // Readings leave the host's order for the clamp's: it starts
-            // above everything any CPU returned in order.
-            self.clamp.absorb(self.slots().max_floor());
-        }
-        let now = map.apply(s.tsc);
-        if let Some(slot) = slot {
-            slot.store(&SlotEntry {
-                tag: s.version,
-                epoch: epoch | if ordered { ORDERED } else { 0 },
-                map,
-                tsc: s.tsc,
-                limit: now.saturating_add(REVALIDATE_NS),
-            });
-        }
-        Ok(AreaMap {
-            version: s.version,
+        Ok(MapNow {
+            tag: s.version,
             map,
             ordered,
             tsc: s.tsc,
@@ -577,7 +512,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// The highest value [`read_ns`](Self::read_ns) returned on any CPU
     /// (`None`: nothing yet).
     fn returned(&self) -> Option<u64> {
-        Some(self.clamp.last().max(self.slots().max_floor())).filter(|v| *v != 0)
+        self.timeline.returned(self.hw.slot_pool())
     }
 
     /// The map some CPU accepted last in this epoch (none after a resume:
@@ -657,7 +592,7 @@ impl<H: Hardware> Kvmclock<H> {
     pub fn distrust_stable(&self) {
         if self.stable_trusted.swap(false, AcqRel) {
             self.counters.revoked.fetch_add(1, Relaxed);
-            self.clamp.absorb(self.slots().max_floor());
+            self.timeline.absorb_floors(self.hw.slot_pool());
             self.epoch.fetch_add(2, AcqRel);
         }
     }
@@ -782,7 +717,38 @@ impl<H: Hardware> Drop for Kvmclock<H> {
         if self.registry.release(cpu, apic) {
             let _ = kvm_unregister_system_time(&self.hw, self.msrs.system_time);
         }
-        self.hw.slot_pool().release(&mut self.slot_set);
+        self.timeline.release(self.hw.slot_pool());
+    }
+}
+
+impl<H: Hardware> TscSource for Kvmclock<H> {
+    #[inline(always)]
+    fn token(&self, cpu: usize) -> Option<u32> {
+        self.area_version(cpu)
+    }
+    #[inline(always)]
+    fn token_reader(&self, cpu: usize) -> Option<impl Fn() -> Option<u32> + '_> {
+        let area = self.areas.get().get(cpu)?;
+        Some(move || Some(area.version.load(Relaxed)))
+    }
+    fn map_now(
+        &self,
+        cpu: usize,
+        last: Option<LastMap>,
+        returned: Option<u64>,
+    ) -> Result<MapNow, MapMiss> {
+        self.sample_map(cpu, last, returned).map_err(|m| match m {
+            ReadMiss::Unregistered => MapMiss::Unserved,
+            ReadMiss::Migrated => MapMiss::Migrated,
+            ReadMiss::Busy => MapMiss::Busy,
+            ReadMiss::Rejected(f) => MapMiss::Rejected(f),
+        })
+    }
+    fn serves(&self, cpu: usize) -> bool {
+        self.is_registered(cpu)
+    }
+    fn epoch(&self) -> u32 {
+        self.epoch.load(Acquire)
     }
 }
 

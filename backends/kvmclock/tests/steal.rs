@@ -5,7 +5,7 @@ use clockhal_kvmclock::{StealError, StealState, StealTime};
 use clockhal_sim::{KvmConfig, SimMachine};
 use clockhal_x86::paravirt::RegisterError;
 use clockhal_x86::Msr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 fn machine(cpus: usize) -> &'static SimMachine {
@@ -228,8 +228,11 @@ fn readers_on_several_cpus_under_a_hostile_host_see_only_plausible_steal() {
     let start = m.now_ns();
     let s: &'static StealTime<&'static SimMachine> = Box::leak(Box::new(probe(m, CPUS)));
     let stop = Arc::new(AtomicBool::new(false));
+    // Host rounds written so far: readers keep reading until they overlap
+    // enough of them (a loaded machine may run the readers first).
+    let rounds = Arc::new(AtomicU64::new(0));
     let host = {
-        let stop = stop.clone();
+        let (stop, rounds) = (stop.clone(), rounds.clone());
         std::thread::spawn(move || {
             let mut i = 0u64;
             let mut honest = [0u64; CPUS];
@@ -249,15 +252,20 @@ fn readers_on_several_cpus_under_a_hostile_host_see_only_plausible_steal() {
                     5 => k.stall_steal(ctx, cpu),
                     _ => k.publish_steal(ctx, cpu, h),
                 });
+                rounds.fetch_add(1, Ordering::Relaxed);
             }
         })
     };
     let readers: Vec<_> = (0..CPUS)
         .map(|cpu| {
+            let rounds = rounds.clone();
             std::thread::spawn(move || {
                 m.set_cpu(cpu);
                 let mut last = 0;
-                for _ in 0..5_000 {
+                for n in 0..5_000_000u64 {
+                    if n >= 5_000 && rounds.load(Ordering::Relaxed) >= 600 {
+                        break;
+                    }
                     let now = m.now_ns();
                     let v = s.steal_ns(now).unwrap();
                     assert!(v >= last, "cpu {cpu}: {v} < {last}");

@@ -18,10 +18,10 @@ pub use refine::{refined_rate, RefineError, Refinement, REFINED_TARGET_PPM};
 pub use warp::{warp_participant, SyncStatus, WarpBudget, WarpReport, WarpShared};
 
 use clockhal_core::{
-    ClockSource, Frequency, Migration, PerCpuSlots, Policy, Quality, ReadCost, Scale, SlotSet,
-    Stability, TscMap,
+    ClampGranule, ClockSource, Frequency, LastMap, MapMiss, MapNow, Migration, Policy, Quality,
+    ReadCost, Scale, Stability, Timeline, TscMap, TscSource,
 };
-use clockhal_x86::{cpuid, rdmsr_checked, Hardware, Msr};
+use clockhal_x86::{cpuid, rdmsr_checked, Hardware, Msr, Seam};
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -174,8 +174,8 @@ impl fmt::Display for TscError {
 /// The TSC, probed.
 pub struct Tsc<H: Hardware> {
     hw: H,
-    /// This clock's per-CPU floors in the machine's pool.
-    slot_set: SlotSet,
+    /// Its own reads' per-CPU floors (core's timeline).
+    timeline: Timeline,
     rate: Frequency,
     map: TscMap,
     provenance: RateProvenance,
@@ -240,13 +240,14 @@ impl<H: Hardware> Tsc<H> {
         let adjust = cpuid::has_tsc_adjust(&hw)
             .then(|| rdmsr_checked(&hw, Msr::IA32_TSC_ADJUST))
             .flatten();
-        let slot_set = hw.slot_pool().claim().ok_or(TscError::NoPerCpuMemory)?;
         let boot_cpu = hw.cpu_index();
+        let timeline =
+            Timeline::claim(hw.slot_pool(), ClampGranule::EXACT).ok_or(TscError::NoPerCpuMemory)?;
         Ok(Tsc {
             boot_cpu,
             other_cpu: AtomicBool::new(false),
             hw,
-            slot_set,
+            timeline,
             map: TscMap::through(&Scale::new(rate), 0, 0),
             rate,
             provenance,
@@ -421,10 +422,9 @@ impl<H: Hardware> Tsc<H> {
     /// rebases). A CPU sharing the overflow slot keeps the shared floor.
     /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn resume_this_cpu(&self) {
-        let slots = self.hw.slot_pool().get(&self.slot_set);
-        if let Some(slot) = slots.cache(self.hw.cpu_index()) {
-            slot.floor().store(0, Ordering::Release);
-        }
+        let cpu = self.hw.cpu_index();
+        self.timeline
+            .resume_cpu(self.hw.slot_pool(), cpu, cpu == self.boot_cpu);
     }
 
     /// Tells the TSC that CPU `index` runs (e.g. it registered). A CPU other
@@ -501,7 +501,26 @@ impl<H: Hardware> Tsc<H> {
 
 impl<H: Hardware> Drop for Tsc<H> {
     fn drop(&mut self) {
-        self.hw.slot_pool().release(&mut self.slot_set);
+        self.timeline.release(self.hw.slot_pool());
+    }
+}
+
+/// The TSC through its map (ticks to ns through 0): no host parameters,
+/// one token for ever; ordered across CPUs while in step.
+impl<H: Hardware> TscSource for Tsc<H> {
+    /// One map for every CPU.
+    const PER_CPU_MAP: bool = false;
+    #[inline(always)]
+    fn token(&self, _: usize) -> Option<u32> {
+        Some(0)
+    }
+    fn map_now(&self, _: usize, _: Option<LastMap>, _: Option<u64>) -> Result<MapNow, MapMiss> {
+        Ok(MapNow {
+            tag: 0,
+            map: self.map(),
+            ordered: self.in_step(),
+            tsc: self.hw.rdtsc_ordered(),
+        })
     }
 }
 
@@ -515,14 +534,10 @@ impl<H: Hardware> ClockSource for Tsc<H> {
     /// back cannot make time go back).
     #[inline(always)]
     fn read(&self) -> u64 {
-        // The slot before the TSC read: nothing to recompute after it.
-        let (slot, own) = self
-            .hw
-            .slot_pool()
-            .get(&self.slot_set)
-            .get(self.hw.cpu_index());
-        let t = self.hw.rdtsc_ordered();
-        PerCpuSlots::raise_in(slot, own, t, |cell, v| self.hw.fetch_max_local(cell, v))
+        self.timeline
+            .read_local(self.hw.slot_pool(), Seam(&self.hw), |hw| {
+                hw.0.rdtsc_ordered()
+            })
     }
 
     fn frequency(&self) -> Frequency {
