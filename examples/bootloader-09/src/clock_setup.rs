@@ -19,6 +19,8 @@ static HV_PAGE: HvReferenceTscPage = HvReferenceTscPage::new();
 
 /// Probes every clockhal backend, prints the report to `out`, and returns
 /// it with the clock (`None` if nothing is usable).
+///
+/// Interrupt-safe: no (probes for ~0.1 s, maps the HPET: at boot).
 pub fn probe(
     hw: Native,
     boot_info: &'static BootInfo,

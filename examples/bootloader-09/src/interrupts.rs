@@ -38,6 +38,8 @@ static TICKED: Once<&'static clockhal::Clock<clockhal::x86::Native>> = Once::new
 
 /// Loads the IDT, remaps the PICs (only IRQ 0 unmasked) and programs the
 /// PIT's channel 0 to [`TIMER_HZ`]. Interrupts stay disabled.
+///
+/// Interrupt-safe: no (reprograms the PICs: once, interrupts disabled).
 pub fn init() {
     let idt = IDT.call_once(|| {
         let mut idt = InterruptDescriptorTable::new();
@@ -68,12 +70,16 @@ pub fn init() {
 
 /// From now on the timer interrupt ticks `clock`'s watchdog. Then enables
 /// interrupts.
+///
+/// Interrupt-safe: no (enables interrupts: once, from the main code).
 pub fn tick(clock: &'static clockhal::Clock<clockhal::x86::Native>) {
     TICKED.call_once(|| clock);
     x86_64::instructions::interrupts::enable();
 }
 
 /// Watchdog ticks so far: (judged, busy, other events).
+///
+/// Interrupt-safe: yes (atomic loads).
 pub fn watchdog_ticks() -> (u32, u32, u32) {
     (
         JUDGED.load(Ordering::Relaxed),
@@ -83,6 +89,8 @@ pub fn watchdog_ticks() -> (u32, u32, u32) {
 }
 
 /// Timer interrupts so far.
+///
+/// Interrupt-safe: yes (an atomic load).
 pub fn irqs() -> u32 {
     IRQS.load(Ordering::Relaxed)
 }

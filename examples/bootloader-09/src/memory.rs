@@ -29,6 +29,8 @@ impl Memory {
     /// # Safety
     /// `boot_info` is the loader's (with `map_physical_memory`), its usable
     /// regions are unused, and only one `Memory` exists.
+    ///
+    /// Interrupt-safe: no (takes the only handle to the page tables).
     pub unsafe fn new(boot_info: &'static BootInfo) -> Memory {
         let offset = boot_info.physical_memory_offset;
         let (l4_frame, _) = Cr3::read();
@@ -47,11 +49,15 @@ impl Memory {
     }
 
     /// The page tables (translation for clockhal's hypervisor-shared memory).
+    ///
+    /// Interrupt-safe: yes (returns a reference).
     pub fn tables(&self) -> &OffsetPageTable<'static> {
         &self.tables
     }
 
     /// The page-table flags of the page holding `virt`, if mapped.
+    ///
+    /// Interrupt-safe: yes (reads the tables, no locks).
     pub fn flags_of(&self, virt: u64) -> Option<PageTableFlags> {
         match self.tables.translate(VirtAddr::new(virt)) {
             TranslateResult::Mapped { flags, .. } => Some(flags),
@@ -61,6 +67,8 @@ impl Memory {
 
     /// Maps the device registers at `phys..phys + len` uncached, in a
     /// level-4 slot nobody uses, through clockhal's `map_mmio`.
+    ///
+    /// Interrupt-safe: no (edits the page tables, allocates frames).
     pub fn map_uncached(&mut self, phys: u64, len: usize) -> Result<MmioRegion, MapMmioError> {
         let l4 = self.tables.level_4_table();
         let Some(slot) = (1..256).find(|&i| l4[i].is_unused()) else {
