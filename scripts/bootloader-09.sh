@@ -46,12 +46,12 @@ fi
 
 # bootimage builds the kernel and then the bootloader with $CARGO (else the
 # `cargo` on PATH, whose toolchain the kernel's rust-toolchain.toml picks)
-# and finds the kernel from CARGO_MANIFEST_DIR: a caller's (cargo run sets
-# all three) would pick stable and the wrong package.
-unset CARGO CARGO_MANIFEST_DIR CARGO_TARGET_DIR RUSTUP_TOOLCHAIN
+# and takes the project from CARGO_MANIFEST_DIR: a caller's (`cargo run`
+# of the matrix runner sets them) would pick stable and the runner.
+unset CARGO CARGO_TARGET_DIR RUSTUP_TOOLCHAIN
 
 echo "==> kernel + bootloader 0.9 (cargo bootimage, $TOOLCHAIN)" >&2
-(cd "$EXAMPLE" && PATH=$BOOTIMAGE/bin:$PATH CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2} \
+(cd "$EXAMPLE" && PATH=$BOOTIMAGE/bin:$PATH CARGO_MANIFEST_DIR=$PWD CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2} \
     cargo bootimage --release --locked --quiet >&2)
 RELEASE=$PWD/$EXAMPLE/target/x86_64-unknown-none/release
 IMAGE=$PWD/$EXAMPLE/target/bios.img
