@@ -1,12 +1,12 @@
-# Sourced by hermit.sh and bootloader-api.sh: pinned toolchains, the build
-# cache, firmware.
+# Sourced by hermit.sh, bootloader-api.sh and bootloader-09.sh: pinned
+# toolchains, the build cache, firmware.
 #
 # Status 75 (EX_TEMPFAIL, with a SKIP=<why> line on stdout) means "cannot be
 # built here because rustup cannot reach its server"; the matrix reports
 # those rows as SKIP with the message. Any other failure is a failure.
 
 # Builds whose inputs are all pinned (the Hermit kernel from crates.io with
-# its lock, the bootloader image builder) are kept here across clones and CI
+# its lock, the bootloader image builder, bootimage) are kept here across clones and CI
 # runs; everything that compiles clockhal builds inside the tree.
 CLOCKHAL_CACHE_DIR=${CLOCKHAL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/clockhal}
 mkdir -p "$CLOCKHAL_CACHE_DIR"

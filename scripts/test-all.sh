@@ -6,7 +6,7 @@
 #
 #   ./scripts/test-all.sh            # everything
 #   SKIP_MATRIX=1 ./scripts/test-all.sh   # everything but QEMU
-#   SKIP_FOREIGN=1 ./scripts/test-all.sh  # no Hermit / bootloader_api rows (no pinned nightlies)
+#   SKIP_FOREIGN=1 ./scripts/test-all.sh  # no Hermit / bootloader_api / bootloader 0.9 rows (no pinned nightlies)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -23,9 +23,11 @@ DOCS_NIGHTLY=nightly-2026-08-01
 step "format"
 cargo fmt --all -- --check
 (cd "$KERNELS" && cargo fmt --all -- --check)
-# Crates with workspaces of their own (conformance/hermit, the image builder).
+# Crates with workspaces of their own (conformance/hermit, the image builder,
+# the bootloader 0.9 kernel).
 rustfmt --check --edition 2021 conformance/hermit/kernel/src/lib.rs conformance/hermit/export/src/main.rs \
-    conformance/hermit/app/src/main.rs examples/bootloader-api/image-builder/src/main.rs
+    conformance/hermit/app/src/main.rs examples/bootloader-api/image-builder/src/main.rs \
+    examples/bootloader-09/src/main.rs examples/bootloader-09/build.rs
 
 step "clippy (host workspace, all targets, all features)"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
@@ -127,8 +129,9 @@ if [[ "${SKIP_MATRIX:-0}" == 1 ]]; then
 else
     # Also boots the Linux peer (a Debian kernel fetched once with apt-get
     # download into target/linux-peer, init built with gcc -static), and the
-    # Hermit and bootloader_api rows: the matrix builds them once
-    # (scripts/hermit.sh, scripts/bootloader-api.sh --build-only).
+    # Hermit, bootloader_api and bootloader 0.9 rows: the matrix builds them
+    # once (scripts/hermit.sh, scripts/bootloader-api.sh,
+    # scripts/bootloader-09.sh --build-only).
     step "QEMU conformance matrix, foreign kernels and the Linux peer"
     FOREIGN=()
     [[ "${SKIP_FOREIGN:-0}" == 1 ]] && FOREIGN=(--no-foreign)
@@ -137,6 +140,11 @@ else
         step "clippy (Hermit application, nightly-2025-03-15, x86_64-unknown-hermit)"
         ensure_toolchain nightly-2025-03-15 rust-src llvm-tools clippy
         (cd conformance/hermit/app && cargo +nightly-2025-03-15 clippy -q --release -- -D warnings)
+    fi
+    if [[ "${SKIP_FOREIGN:-0}" != 1 && -e examples/bootloader-09/target/bios.img ]]; then
+        # Its toolchain (rust-toolchain.toml) was installed by bootloader-09.sh.
+        step "clippy (bootloader 0.9 kernel, nightly-2026-08-01, x86_64-unknown-none)"
+        (cd examples/bootloader-09 && cargo clippy -q --release --locked -- -D warnings)
     fi
 fi
 step "all tests passed"

@@ -1,15 +1,16 @@
 //! Rows for kernels clockhal did not write: the Hermit application (booted
-//! by clockhal's loader) and the bootloader_api example kernel (BIOS and
-//! UEFI disk images).
+//! by clockhal's loader), the bootloader_api example kernel (BIOS and
+//! UEFI disk images) and the bootloader 0.9 example kernel (a `bootimage`
+//! BIOS disk image).
 //!
 //! Each row has a *peer*: the project's own PVH kernel on the same machine
 //! type and CPU model ([`PEER_CONFIGS`] adds the two the main table lacks).
 //! Besides its expectation rows, a foreign row must select the same source
 //! as its peer and find the same sources present.
 //!
-//! The images are built once per run by `scripts/hermit.sh --build-only`
-//! and `scripts/bootloader-api.sh --build-only` (pinned toolchains installed
-//! by rustup). A build that exits with status 75 could not reach rustup's
+//! The images are built once per run by `scripts/hermit.sh --build-only`,
+//! `scripts/bootloader-api.sh --build-only` and `scripts/bootloader-09.sh
+//! --build-only` (pinned toolchains installed by rustup). A build that exits with status 75 could not reach rustup's
 //! server: its rows are SKIP with the script's message. Rows marked
 //! [`ForeignConfig::dies_under_kvm`] become SKIP, with QEMU's error, when the
 //! guest dies with "KVM internal error" (never a pass).
@@ -35,16 +36,21 @@ pub enum Guest {
     BootloaderBios,
     /// `-bios OVMF.fd -drive format=raw,file=uefi.img`.
     BootloaderUefi,
+    /// bootloader 0.9: `-drive format=raw,file=bios.img` (SeaBIOS), the
+    /// image `bootimage` built.
+    Bootloader09,
 }
 
 impl Guest {
     /// QEMU exit statuses for (success, failure). Hermit writes 1 (success)
-    /// or 0 to isa-debug-exit; the bootloader_api kernel uses clockhal's
+    /// or 0 to isa-debug-exit; the bootloader kernels use clockhal's
     /// 0x10 / 0x11.
     fn statuses(self) -> (i32, i32) {
         match self {
             Guest::Hermit => (3, 1),
-            Guest::BootloaderBios | Guest::BootloaderUefi => (QEMU_EXIT_SUCCESS, QEMU_EXIT_FAILURE),
+            Guest::BootloaderBios | Guest::BootloaderUefi | Guest::Bootloader09 => {
+                (QEMU_EXIT_SUCCESS, QEMU_EXIT_FAILURE)
+            }
         }
     }
 }
@@ -163,6 +169,18 @@ pub const CONFIGS: &[ForeignConfig] = &[
         peer: "kvm-q35",
         dies_under_kvm: Some(OVMF_DIES),
     },
+    ForeignConfig {
+        name: "bl09-q35",
+        guest: Guest::Bootloader09,
+        peer: "tcg-q35",
+        dies_under_kvm: None,
+    },
+    ForeignConfig {
+        name: "bl09-pc",
+        guest: Guest::Bootloader09,
+        peer: "tcg-pc",
+        dies_under_kvm: None,
+    },
 ];
 
 use crate::expectations::{row, NO_HV, PM, TCG_NO_KVMCLOCK};
@@ -175,6 +193,10 @@ const TSC_TCG_SMP: &str = "TCG, two CPUs on one TCG thread: Hermit tasks pinned 
 const HPET_TCG: &str = "TCG q35/pc: the supervised TSC's watchdog reference (250, traps)";
 const HERMIT_CPL0: &str = "Hermit runs the application at CPL0 with the loader's identity map: the HPET stays mapped uncached";
 const HERMIT_SMP: &str = "two CPUs: the suite's warp test runs on a Hermit task pinned to CPU 1 (sys_spawn2) and must pass";
+const BL09_TSC: &str = "TCG: calibrated against the HPET, supervised (290) by the watchdog that the kernel's PIT interrupt (IRQ 0 via the 8259s) ticks every 250 ms; still selected after ten ticks and through the suite, as on the PVH kernel";
+const BL09_HPET: &str = "the kernel maps the HPET uncached itself (bootloader 0.9's physical-memory mapping is write-back)";
+const BL09_RSDP: &str =
+    "bootloader 0.9 passes no RSDP: clockhal::boot finds it in the BIOS area; FADT PM timer found";
 const KVM: &str = "KVM: kvmclock (stable bit) is the migration-safe no-exit source (400); its area's physical address comes from the bootloader's page tables";
 
 /// Expectations of the foreign rows and their extra peers (same format and
@@ -260,6 +282,19 @@ pub const EXPECTATIONS: &[Row] = &[
     row("bl-uefi-kvm", "tsc", Present, "rate from pvclock; not invariant without +invtsc: supervised (290), below kvmclock"),
     row("bl-uefi-kvm", "hpet", Present, "q35 HPET, mapped uncached by the kernel"),
     row("bl-uefi-kvm", "acpi-pm", Present, PM),
+    // ---- bootloader 0.9 kernel (bootimage, SeaBIOS) --------------------
+    row("bl09-q35", "kvmclock", Absent, TCG_NO_KVMCLOCK),
+    row("bl09-q35", "hyperv-page", Absent, NO_HV),
+    row("bl09-q35", "hyperv-msr", Absent, NO_HV),
+    row("bl09-q35", "tsc", Selected, BL09_TSC),
+    row("bl09-q35", "hpet", Present, BL09_HPET),
+    row("bl09-q35", "acpi-pm", Present, BL09_RSDP),
+    row("bl09-pc", "kvmclock", Absent, TCG_NO_KVMCLOCK),
+    row("bl09-pc", "hyperv-page", Absent, NO_HV),
+    row("bl09-pc", "hyperv-msr", Absent, NO_HV),
+    row("bl09-pc", "tsc", Selected, BL09_TSC),
+    row("bl09-pc", "hpet", Present, BL09_HPET),
+    row("bl09-pc", "acpi-pm", Present, BL09_RSDP),
 ];
 
 /// Whether `name` is a foreign row or one of their extra peers.
@@ -353,6 +388,14 @@ fn boot_args(guest: Guest, build: &Build) -> Result<Vec<String>, String> {
         Guest::BootloaderBios => vec![
             "-drive".into(),
             format!("format=raw,file={}", path("BIOS")?),
+        ],
+        // Its two rows run at once: without `snapshot=on` (writes to a
+        // temporary overlay, the image opened read-only) the second QEMU
+        // fails with 'Failed to get "write" lock'. (`readonly=on` does not
+        // do: an IDE disk cannot be read-only.)
+        Guest::Bootloader09 => vec![
+            "-drive".into(),
+            format!("format=raw,snapshot=on,file={}", path("BIOS")?),
         ],
         Guest::BootloaderUefi => vec![
             "-bios".into(),
@@ -526,10 +569,13 @@ pub fn run(
     let hermit = needs(&[Guest::Hermit]).then(|| build(root, "scripts/hermit.sh"));
     let bootloader = needs(&[Guest::BootloaderBios, Guest::BootloaderUefi])
         .then(|| build(root, "scripts/bootloader-api.sh"));
+    let bootloader09 =
+        needs(&[Guest::Bootloader09]).then(|| build(root, "scripts/bootloader-09.sh"));
     let run = |c: &ForeignConfig| {
         let b = match c.guest {
             Guest::Hermit => hermit.as_ref(),
-            _ => bootloader.as_ref(),
+            Guest::BootloaderBios | Guest::BootloaderUefi => bootloader.as_ref(),
+            Guest::Bootloader09 => bootloader09.as_ref(),
         };
         match (c.accel(), kvm, b) {
             (Accel::Kvm, Err(why), _) => Outcome::skipped(c.name, c.accel(), why.clone()),
@@ -783,5 +829,37 @@ CHECK source=acpi-pm name=monotonic status=pass value=0 unit=ns detail=ok
         );
         assert!(!o.ran && o.skip_reason.as_deref() == Some("rustup cannot reach its server"));
         assert!(boot_args(Guest::BootloaderUefi, &Build::Ready(vec![])).is_err());
+    }
+
+    #[test]
+    fn the_bootloader_09_rows_boot_its_bios_image_beside_their_pvh_peers() {
+        let image = Build::Ready(vec![("BIOS".into(), PathBuf::from("/b/bios.img"))]);
+        assert_eq!(
+            boot_args(Guest::Bootloader09, &image).unwrap(),
+            ["-drive", "format=raw,snapshot=on,file=/b/bios.img"]
+        );
+        assert_eq!(
+            Guest::Bootloader09.statuses(),
+            (QEMU_EXIT_SUCCESS, QEMU_EXIT_FAILURE)
+        );
+        // One row per machine the issue asks for, each against the PVH
+        // kernel on the same machine and CPU, with its selection.
+        for (name, peer) in [("bl09-q35", "tcg-q35"), ("bl09-pc", "tcg-pc")] {
+            let c = CONFIGS.iter().find(|c| c.name == name).unwrap();
+            assert_eq!(
+                (c.guest, c.peer, c.accel()),
+                (Guest::Bootloader09, peer, Accel::Tcg)
+            );
+            let selected = |config: &str| {
+                crate::expectations::EXPECTATIONS
+                    .iter()
+                    .chain(EXPECTATIONS)
+                    .filter(|r| r.config == config && r.expect == Selected)
+                    .map(|r| r.source)
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(selected(name), selected(peer), "{name}");
+            assert_eq!(selected(name), ["tsc"], "{name}");
+        }
     }
 }

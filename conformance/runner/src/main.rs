@@ -16,8 +16,8 @@
 //!
 //! Then it boots the Linux peer in each configuration, one at a time
 //! ([`linux_peer`]), and compares Linux's pick with clockhal's.
-//! [`foreign`] adds the rows of kernels clockhal did not write (Hermit, a
-//! bootloader_api kernel) and compares each with the PVH kernel on the
+//! [`foreign`] adds the rows of kernels clockhal did not write (Hermit,
+//! bootloader_api and bootloader 0.9 kernels) and compares each with the PVH kernel on the
 //! same machine.
 
 mod configs;
@@ -43,7 +43,7 @@ usage: clockhal-matrix [--kernel PATH] [--only NAME[,NAME..]] [--timeout SECS] [
   --jobs N        configurations run in parallel (default 2)
   --verbose       print each configuration's clock table
   --no-peer       do not boot the Linux peer (its documented rules stand in)
-  --no-foreign    leave out the Hermit and bootloader_api rows (and their extra peers)
+  --no-foreign    leave out the Hermit, bootloader_api and bootloader 0.9 rows (and their extra peers)
 configurations: ";
 
 struct Args {

@@ -1,4 +1,7 @@
 //! COM1 output, the panic handler, and leaving QEMU.
+//!
+//! Also compiled into the bootloader 0.9 example (`#[path]` in
+//! `examples/bootloader-09/src/main.rs`): keep it free of loader types.
 
 use core::fmt::{self, Write};
 use uart_16550::SerialPort;
