@@ -123,6 +123,18 @@ impl SourceId {
 /// The source objects of one probe, indexed by [`SourceId::index`].
 pub(crate) type Sources<'a> = [Option<&'a dyn ClockSource>; MAX_CANDIDATES];
 
+/// The TSC-based sources of one probe (read through a map by the clock's
+/// read loop), indexed by [`SourceId::index`].
+pub(crate) type TscSources<'a> = [Option<&'a dyn clockhal_core::DynTscSource>; MAX_CANDIDATES];
+
+/// The counter `id` reads now: as its source says
+/// ([`ClockSource::counter_domain`]), else the id's own.
+pub(crate) fn domain_in(sources: &Sources<'_>, id: SourceId) -> CounterDomain {
+    sources[id.index()]
+        .and_then(|s| s.counter_domain())
+        .unwrap_or(id.domain())
+}
+
 impl fmt::Display for SourceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.default_name())

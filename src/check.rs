@@ -165,9 +165,11 @@ fn timer<'a>(
     sources: &Sources<'a>,
     id: SourceId,
 ) -> Option<(&'a dyn ClockSource, Scale)> {
-    let own = id.domain();
+    let own = crate::candidate::domain_in(sources, id);
     let t = crate::select::best(report, |c| {
-        c.id != id && c.id.domain() != own && sources[c.id.index()].is_some()
+        c.id != id
+            && crate::candidate::domain_in(sources, c.id) != own
+            && sources[c.id.index()].is_some()
     })?;
     Some((sources[t.index()]?, Scale::new(report.get(t)?.frequency()?)))
 }

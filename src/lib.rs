@@ -173,7 +173,7 @@ pub use delay::Delay;
 #[cfg(feature = "fugit")]
 pub use fugit_types::{FugitDuration, FugitInstant};
 pub use global::ClockNow;
-pub use platform::{HpetAccess, Platform};
+pub use platform::{ExtraTscSource, HpetAccess, Platform};
 pub use probe::{probe, Probed, HPET_REGION_LEN};
 pub use probe_cost::ProbeCost;
 pub use report::{Report, Table};

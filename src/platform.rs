@@ -87,12 +87,35 @@ pub struct Platform<'a> {
     pub(crate) self_check: SelfCheck,
     pub(crate) watchdog: WatchdogConfig,
     pub(crate) extra: Option<&'static dyn ClockSource>,
+    pub(crate) extra_tsc: Option<&'static (dyn clockhal_core::DynTscSource + Sync)>,
     pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
     #[cfg(feature = "kvmclock")]
     pub(crate) steal: Option<(
         PhysMapped<[KvmStealTime]>,
         &'static clockhal_kvmclock::StealState,
     )>,
+}
+
+/// An OS-supplied source that reads the TSC through a map
+/// ([`Platform::extra_tsc_source`]): a [`ClockSource`] and a
+/// [`TscSource`](clockhal_core::TscSource) at once (every such `Sync` type
+/// is one).
+pub trait ExtraTscSource: ClockSource + clockhal_core::DynTscSource + Sync {
+    /// Its [`ClockSource`] view (no trait upcasting before Rust 1.86).
+    /// Interrupt-safe: yes.
+    fn as_clock_source(&self) -> &dyn ClockSource;
+    /// Its [`TscSource`](clockhal_core::TscSource) view.
+    /// Interrupt-safe: yes.
+    fn as_tsc_source(&self) -> &(dyn clockhal_core::DynTscSource + Sync);
+}
+
+impl<T: ClockSource + clockhal_core::DynTscSource + Sync> ExtraTscSource for T {
+    fn as_clock_source(&self) -> &dyn ClockSource {
+        self
+    }
+    fn as_tsc_source(&self) -> &(dyn clockhal_core::DynTscSource + Sync) {
+        self
+    }
 }
 
 impl Default for Platform<'_> {
@@ -182,6 +205,7 @@ impl<'a> Platform<'a> {
             self_check: SelfCheck::new(),
             watchdog: WatchdogConfig::default(),
             extra: None,
+            extra_tsc: None,
             clock_page: None,
             #[cfg(feature = "kvmclock")]
             steal: None,
@@ -495,6 +519,24 @@ impl<'a> Platform<'a> {
     /// Interrupt-safe: yes.
     pub fn extra(mut self, source: &'static dyn ClockSource) -> Self {
         self.extra = Some(source);
+        self.extra_tsc = None;
+        self
+    }
+
+    /// [`extra`](Self::extra) for a source that reads the TSC through a
+    /// validated map (a paravirtual clock clockhal has no backend for,
+    /// such as a Xen pvclock): besides its [`ClockSource`] view (probed,
+    /// self-checked, judged by the watchdog like any candidate), the
+    /// [`Clock`](crate::Clock) reads it through its
+    /// [`TscSource`](clockhal_core::TscSource) in the one read loop
+    /// (cached map per CPU, token, window, floors), as it reads kvmclock.
+    /// Its [`ClockSource::counter_domain`] should say
+    /// [`CounterDomain::Tsc`](clockhal_core::CounterDomain::Tsc): it then
+    /// votes with the TSC, not as an independent witness.
+    /// Interrupt-safe: yes.
+    pub fn extra_tsc_source(mut self, source: &'static dyn ExtraTscSource) -> Self {
+        self.extra = Some(source.as_clock_source());
+        self.extra_tsc = Some(source.as_tsc_source());
         self
     }
 }

@@ -214,4 +214,7 @@ impl ClockSource for Counted<'_> {
     fn descriptor(&self) -> clockhal_core::select::Descriptor {
         self.inner.descriptor()
     }
+    fn counter_domain(&self) -> Option<clockhal_core::CounterDomain> {
+        self.inner.counter_domain()
+    }
 }

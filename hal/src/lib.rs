@@ -50,7 +50,8 @@ pub use slot::{
 pub use source::{ClockSource, Quality, ReadCost, Stability};
 pub use time::{Duration, DurationOverflow, Instant};
 pub use timeline::{
-    LastMap, MapMiss, MapNow, ReadHw, ReadState, Standalone, Timeline, TimelineOwner, TscSource,
+    DynTscSource, LastMap, MapMiss, MapNow, ReadHw, ReadState, Standalone, Timeline, TimelineOwner,
+    TscSource,
 };
 pub use update::{
     judge_update, judge_update_after, UpdateBounds, UpdateFault, UpdateJudge, UpdateVerdict,

@@ -80,6 +80,15 @@ pub trait ClockSource: Sync {
         self.read()
     }
 
+    /// The counter this source reads, if it says (a source reading the
+    /// TSC through a map is in [`CounterDomain::Tsc`](crate::consensus::CounterDomain)):
+    /// sources of one domain fail together, so they vote once. `None`: the
+    /// caller decides (an OS-supplied source: a domain of its own).
+    /// Interrupt-safe: yes.
+    fn counter_domain(&self) -> Option<crate::consensus::CounterDomain> {
+        None
+    }
+
     /// What ranking needs: rating, exit cost, flags and rate
     /// ([`select`](crate::select)).
     /// Interrupt-safe: yes.
@@ -117,6 +126,9 @@ impl<T: ClockSource + ?Sized> ClockSource for &T {
     }
     fn read_spanning(&self, span: u64) -> u64 {
         (**self).read_spanning(span)
+    }
+    fn counter_domain(&self) -> Option<crate::consensus::CounterDomain> {
+        (**self).counter_domain()
     }
 }
 

@@ -187,6 +187,88 @@ impl<T: TscSource + ?Sized> TscSource for &T {
     }
 }
 
+/// [`TscSource`] as a trait object (`&dyn DynTscSource`), for a source
+/// whose type the reader does not know (an OS-supplied one); every
+/// `TscSource` is one. Read through it, a source counts as having a map
+/// per CPU (the conservative [`TscSource::PER_CPU_MAP`]).
+pub trait DynTscSource {
+    /// [`TscSource::token`].
+    /// Interrupt-safe: yes (NMI too).
+    fn dyn_token(&self, cpu: usize) -> Option<u32>;
+    /// [`TscSource::map_now`].
+    /// Interrupt-safe: yes (lock-free, bounded).
+    fn dyn_map_now(
+        &self,
+        cpu: usize,
+        last: Option<LastMap>,
+        returned: Option<u64>,
+    ) -> Result<MapNow, MapMiss>;
+    /// [`TscSource::fallback_ns`].
+    /// Interrupt-safe: yes.
+    fn dyn_fallback_ns(&self, cpu: usize) -> Option<u64>;
+    /// [`TscSource::serves`].
+    /// Interrupt-safe: yes.
+    fn dyn_serves(&self, cpu: usize) -> bool;
+    /// [`TscSource::held`].
+    /// Interrupt-safe: yes.
+    fn dyn_held(&self);
+    /// [`TscSource::epoch`].
+    /// Interrupt-safe: yes.
+    fn dyn_epoch(&self) -> u32;
+}
+
+impl<T: TscSource> DynTscSource for T {
+    fn dyn_token(&self, cpu: usize) -> Option<u32> {
+        self.token(cpu)
+    }
+    fn dyn_map_now(
+        &self,
+        cpu: usize,
+        last: Option<LastMap>,
+        returned: Option<u64>,
+    ) -> Result<MapNow, MapMiss> {
+        self.map_now(cpu, last, returned)
+    }
+    fn dyn_fallback_ns(&self, cpu: usize) -> Option<u64> {
+        self.fallback_ns(cpu)
+    }
+    fn dyn_serves(&self, cpu: usize) -> bool {
+        self.serves(cpu)
+    }
+    fn dyn_held(&self) {
+        self.held()
+    }
+    fn dyn_epoch(&self) -> u32 {
+        self.epoch()
+    }
+}
+
+impl TscSource for dyn DynTscSource + '_ {
+    fn token(&self, cpu: usize) -> Option<u32> {
+        self.dyn_token(cpu)
+    }
+    fn map_now(
+        &self,
+        cpu: usize,
+        last: Option<LastMap>,
+        returned: Option<u64>,
+    ) -> Result<MapNow, MapMiss> {
+        self.dyn_map_now(cpu, last, returned)
+    }
+    fn fallback_ns(&self, cpu: usize) -> Option<u64> {
+        self.dyn_fallback_ns(cpu)
+    }
+    fn serves(&self, cpu: usize) -> bool {
+        self.dyn_serves(cpu)
+    }
+    fn held(&self) {
+        self.dyn_held()
+    }
+    fn epoch(&self) -> u32 {
+        self.dyn_epoch()
+    }
+}
+
 /// What the read loop needs of the machine (`clockhal_x86::Seam` gives it
 /// for any `Hardware`).
 pub trait ReadHw {

@@ -470,11 +470,7 @@ impl<H: Hardware + Clone> Clock<H> {
             Ordering::SeqCst,
         );
         let start = start.max(self.high_water());
-        let mapped = matches!(
-            id,
-            SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc
-        );
-        if mapped {
+        if self.backends.tsc_source(id).is_some() {
             let source_ns = self.mapped_now_ns(id).unwrap_or(0);
             self.offsets[i].store(start.wrapping_sub(source_ns), Ordering::Release);
         } else if let Some(src) = self.backends.source(id) {
@@ -503,15 +499,13 @@ impl<H: Hardware + Clone> Clock<H> {
     pub(crate) fn verified_now_ns(&self) -> Option<u64> {
         let id = self.source_id();
         let i = id.index();
-        match id {
-            SourceId::Kvmclock | SourceId::HypervPage | SourceId::Tsc => self
-                .mapped_now_ns(id)
+        if self.backends.tsc_source(id).is_some() {
+            self.mapped_now_ns(id)
                 .map(|ns| ns.wrapping_add(self.offsets[i].load(Ordering::Acquire)))
-                .filter(|v| *v <= read::BEFORE_ZERO),
-            _ => {
-                let (src, scale) = (self.backends.source(id)?, self.scale_of(i)?);
-                Some(self.device_ns(i, scale, src.read()))
-            }
+                .filter(|v| *v <= read::BEFORE_ZERO)
+        } else {
+            let (src, scale) = (self.backends.source(id)?, self.scale_of(i)?);
+            Some(self.device_ns(i, scale, src.read()))
         }
     }
 
@@ -524,26 +518,11 @@ impl<H: Hardware + Clone> Clock<H> {
         let returned = (id == self.source_id())
             .then(|| self.returned_by(self.offsets[id.index()].load(Ordering::Acquire)))
             .flatten();
-        fn value<H: Hardware + Clone, M: TscSource>(
-            clock: &Clock<H>,
-            m: Option<&M>,
-            id: SourceId,
-            cpu: usize,
-            returned: Option<u64>,
-        ) -> Option<u64> {
-            let m = m?;
-            clock
-                .map_now_of(m, id, cpu, returned)
-                .ok()
-                .map(|n| n.map.apply(n.tsc))
-                .or_else(|| m.fallback_ns(cpu))
-        }
-        match id {
-            SourceId::Kvmclock => value(self, b.kvmclock_mapped(), id, cpu, returned),
-            SourceId::HypervPage => value(self, b.hyperv_page_mapped(), id, cpu, returned),
-            SourceId::Tsc => value(self, b.tsc_mapped(), id, cpu, returned),
-            _ => None,
-        }
+        let m = b.tsc_source(id)?;
+        self.map_now_of(m, id, cpu, returned)
+            .ok()
+            .map(|n| n.map.apply(n.tsc))
+            .or_else(|| m.fallback_ns(cpu))
     }
 
     /// Whether some usable, auto-selectable source outside `id`'s counter
@@ -551,11 +530,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// current (not a PIT then: it is never a member while another source
     /// is current, `watchdog::can_be_member`).
     fn has_watchdog_reference(&self, id: SourceId) -> bool {
-        let own = id.domain();
+        let own = self.backends.domain(id);
         self.report.lock().candidates().any(|c| {
             c.id != id
                 && watchdog::can_be_member(c.id, id)
-                && c.id.domain() != own
+                && self.backends.domain(c.id) != own
                 && matches!(c.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
                 && self.backends.source(c.id).is_some()
         })

@@ -60,7 +60,20 @@ impl<H: Hardware + Clone> Clock<H> {
             KVMCLOCK => self.read_mapped(b.kvmclock_mapped(), st, cpu, fixed, t),
             HYPERV_PAGE => self.read_mapped(b.hyperv_page_mapped(), st, cpu, fixed, t),
             TSC => self.read_mapped(b.tsc_mapped(), st, cpu, fixed, t),
-            _ => self.read_device(st, cpu),
+            _ => self.read_other(st, cpu, fixed, t),
+        }
+    }
+
+    /// Any other source: through the read loop if it is TSC-based (an
+    /// OS-supplied one, [`Platform::extra_tsc_source`](crate::Platform::extra_tsc_source)),
+    /// else a device read.
+    #[inline(never)]
+    fn read_other(&self, st: u32, cpu: usize, fixed: bool, t: u64) -> u64 {
+        match SourceId::from_index((st & ID_MASK) as usize)
+            .and_then(|id| self.backends.tsc_source(id))
+        {
+            Some(m) => self.read_mapped(Some(&m), st, cpu, fixed, t),
+            None => self.read_device(st, cpu),
         }
     }
 
@@ -110,7 +123,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// `m`'s validated map now for CPU `cpu`, judged against the clock's
     /// own last map there (outside the read loop: stamps, the user page,
     /// a new offset). `returned` as for [`TscSource::map_now`].
-    pub(crate) fn map_now_of<M: TscSource>(
+    pub(crate) fn map_now_of<M: TscSource + ?Sized>(
         &self,
         m: &M,
         id: SourceId,

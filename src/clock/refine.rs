@@ -44,7 +44,7 @@ impl<H: Hardware + Clone> Clock<H> {
             )
             && self.source_id() != SourceId::Tsc
             && !self.conditional(ref_id)
-            && ref_id.domain() != CounterDomain::Tsc;
+            && self.backends.domain(ref_id) != CounterDomain::Tsc;
         if !wanted || paused {
             st.refine = None;
             return None;

@@ -151,13 +151,7 @@ impl<H: Hardware + Clone> Clock<H> {
             }
             let id = SourceId::from_index((st & ID_MASK) as usize)?;
             let cpu = self.hw.cpu_index();
-            let b = &self.backends;
-            let built = match id {
-                SourceId::Kvmclock => self.converter_of(b.kvmclock_mapped(), id, cpu),
-                SourceId::HypervPage => self.converter_of(b.hyperv_page_mapped(), id, cpu),
-                SourceId::Tsc => self.converter_of(b.tsc_mapped(), id, cpu),
-                _ => return None,
-            };
+            let built = self.converter_of(Some(self.backends.tsc_source(id)?), id, cpu);
             if self.state.load(Acquire) == st {
                 return built;
             }
@@ -173,7 +167,7 @@ impl<H: Hardware + Clone> Clock<H> {
         self.stamp_converter()?.instant(stamp)
     }
 
-    fn converter_of<M: TscSource>(
+    fn converter_of<M: TscSource + ?Sized>(
         &self,
         m: Option<&M>,
         id: SourceId,

@@ -159,11 +159,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// The counter `id` reads now: the Hyper-V page reads the MSR while it
     /// falls back to it (then the two are one vote, not two).
     pub(crate) fn domain_now(&self, id: SourceId) -> CounterDomain {
-        if id == SourceId::HypervPage && self.backends.hyperv_page_falls_back(self.hw.cpu_index()) {
-            CounterDomain::HypervisorCounter
-        } else {
-            id.domain()
-        }
+        self.backends.domain(id)
     }
 
     /// The domain `id`, reading `counter` now ([`domain_now`](Self::domain_now)),

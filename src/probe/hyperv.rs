@@ -2,7 +2,7 @@
 
 #[cfg(feature = "hyperv")]
 mod enabled {
-    use crate::candidate::Sources;
+    use crate::candidate::{Sources, TscSources};
     use crate::probe::{Backend, Cx, Probe, TscHints};
     use crate::{Note, Rejection, SourceId};
     use clockhal_hyperv::{Hyperv, HypervConfig, HypervPageClock, PageError};
@@ -54,11 +54,6 @@ mod enabled {
             self.hyperv.as_ref().and_then(|h| h.page())
         }
 
-        /// The page's readings on CPU `cpu` are the MSR's now.
-        pub(crate) fn hyperv_page_falls_back(&self, cpu: usize) -> bool {
-            self.hyperv_page_mapped().is_some_and(|p| p.falls_back(cpu))
-        }
-
         /// The page's readings rest on the hypervisor's cross-CPU order.
         pub(crate) fn hyperv_page_ordered(&self) -> bool {
             self.hyperv_page_mapped().is_some_and(|p| p.ordered())
@@ -69,6 +64,9 @@ mod enabled {
         fn sources<'a>(&'a self, out: &mut Sources<'a>) {
             out[SourceId::HypervPage.index()] = self.page().map(|p| p as _);
             out[SourceId::HypervMsr.index()] = self.msr().map(|m| m as _);
+        }
+        fn tsc_sources<'a>(&'a self, out: &mut TscSources<'a>) {
+            out[SourceId::HypervPage.index()] = self.page().map(|p| p as _);
         }
         fn tsc_hint(&self, hints: &mut TscHints) {
             if let Some(f) = self.tsc_frequency() {
@@ -106,11 +104,6 @@ mod enabled {
         #[inline(always)]
         pub(crate) fn hyperv_page_mapped(&self) -> Option<&HypervBackend<H>> {
             None
-        }
-
-        /// The page's readings are the MSR's now: there is no page.
-        pub(crate) fn hyperv_page_falls_back(&self, _: usize) -> bool {
-            false
         }
 
         /// The page's readings rest on the hypervisor's order: no page.

@@ -2,7 +2,7 @@
 
 #[cfg(feature = "kvmclock")]
 mod enabled {
-    use crate::candidate::Sources;
+    use crate::candidate::{Sources, TscSources};
     use crate::probe::{Backend, Cx, Probe, TscHints};
     use crate::{CpuError, Note, Rejection, SourceId};
     use clockhal_kvmclock::{Kvmclock, KvmclockConfig};
@@ -56,6 +56,9 @@ mod enabled {
             Some(w.unix_ns(self.read_ns()))
         }
         fn sources<'a>(&'a self, out: &mut Sources<'a>) {
+            out[SourceId::Kvmclock.index()] = Some(self);
+        }
+        fn tsc_sources<'a>(&'a self, out: &mut TscSources<'a>) {
             out[SourceId::Kvmclock.index()] = Some(self);
         }
         fn tsc_hint(&self, hints: &mut TscHints) {

@@ -14,7 +14,7 @@ mod kvmclock;
 mod pit;
 mod tsc;
 
-use crate::candidate::Sources;
+use crate::candidate::{Sources, TscSources};
 use crate::probe_cost::Counted;
 use crate::{Candidate, Note, Platform, Rejection, Report, SourceId, MAX_CANDIDATES};
 use clockhal_core::ClockSource;
@@ -99,6 +99,11 @@ impl<H: Hardware> Cx<'_, '_, H> {
 pub(crate) trait Backend {
     /// Puts its clock sources into `out` by [`SourceId::index`].
     fn sources<'a>(&'a self, out: &mut Sources<'a>);
+    /// Puts those of its sources that the clock reads through a TSC map
+    /// into `out` by [`SourceId::index`].
+    fn tsc_sources<'a>(&'a self, out: &mut TscSources<'a>) {
+        let _ = out;
+    }
     /// The TSC rate it knows exactly, for the TSC backend.
     fn tsc_hint(&self, hints: &mut TscHints) {
         let _ = hints;
@@ -261,6 +266,9 @@ pub(crate) struct Backends<H: Hardware + Clone> {
     pub(crate) acpi_pm: Option<AcpiPmBackend<H>>,
     pub(crate) pit: Option<PitBackend<H>>,
     pub(crate) extra: Option<&'static dyn ClockSource>,
+    /// The OS's source as the clock reads it through a map, if it is
+    /// TSC-based ([`Platform::extra_tsc_source`](crate::Platform::extra_tsc_source)).
+    pub(crate) extra_tsc: Option<&'static (dyn clockhal_core::DynTscSource + Sync)>,
     /// What ACPI discovery found (`None`: the probe had no tables), for
     /// later users such as the RTC's century register.
     #[allow(dead_code)]
@@ -283,6 +291,19 @@ impl<H: Hardware + Clone> Backends<H> {
         self.sources()[id.index()]
     }
 
+    /// `id` as the clock reads it through a TSC map, if it is TSC-based.
+    pub(crate) fn tsc_source(&self, id: SourceId) -> Option<&dyn clockhal_core::DynTscSource> {
+        let mut out: TscSources<'_> = [None; MAX_CANDIDATES];
+        self.each(|b| b.tsc_sources(&mut out));
+        out[SourceId::Extra.index()] = self.extra_tsc.map(|e| e as _);
+        out[id.index()]
+    }
+
+    /// The counter `id` reads now ([`crate::candidate::domain_in`]).
+    pub(crate) fn domain(&self, id: SourceId) -> clockhal_core::CounterDomain {
+        crate::candidate::domain_in(&self.sources(), id)
+    }
+
     /// kvmclock as the clock reads it.
     #[inline(always)]
     pub(crate) fn kvmclock_mapped(&self) -> Option<&KvmclockBackend<H>> {
@@ -298,12 +319,7 @@ impl<H: Hardware + Clone> Backends<H> {
     /// Whether `id`'s readings on CPU `cpu` are its own: kvmclock's only
     /// where the CPU's area is registered (elsewhere it holds).
     pub(crate) fn serves(&self, id: SourceId, cpu: usize) -> bool {
-        match id {
-            SourceId::Kvmclock => self
-                .kvmclock_mapped()
-                .is_none_or(|k| clockhal_core::TscSource::serves(k, cpu)),
-            _ => true,
-        }
+        self.tsc_source(id).is_none_or(|m| m.dyn_serves(cpu))
     }
 
     /// The TSC is current only under supervision.
@@ -431,6 +447,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
                 acpi_pm: None,
                 pit: None,
                 extra: None,
+                extra_tsc: None,
                 acpi: None,
                 lease,
             },
@@ -500,7 +517,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
     if let Some(r) = &os_reference {
         cx.report.cost_mut().set_os_reference(r.reads());
     }
-    let extra = cx.platform.extra;
+    let (extra, extra_tsc) = (cx.platform.extra, cx.platform.extra_tsc);
     if let Some(e) = extra {
         cx.usable(SourceId::Extra, e, Note::None);
     }
@@ -513,6 +530,7 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
         acpi_pm,
         pit,
         extra,
+        extra_tsc,
         acpi,
         lease,
     };

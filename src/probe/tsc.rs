@@ -2,7 +2,7 @@
 
 #[cfg(feature = "tsc")]
 mod enabled {
-    use crate::candidate::Sources;
+    use crate::candidate::{Sources, TscSources};
     use crate::probe::{Backend, Cx};
     use crate::{CpuError, Note, Rejection, SourceId};
     use clockhal_core::{ClockSource, Frequency};
@@ -194,6 +194,9 @@ mod enabled {
 
     impl<H: Hardware> Backend for Tsc<H> {
         fn sources<'a>(&'a self, out: &mut Sources<'a>) {
+            out[SourceId::Tsc.index()] = Some(self);
+        }
+        fn tsc_sources<'a>(&'a self, out: &mut TscSources<'a>) {
             out[SourceId::Tsc.index()] = Some(self);
         }
         fn supervised(&self) -> bool {

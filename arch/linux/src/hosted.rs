@@ -46,6 +46,9 @@ impl OsClock {
 }
 
 impl ClockSource for OsClock {
+    fn counter_domain(&self) -> Option<clockhal_core::CounterDomain> {
+        Some(clockhal_core::CounterDomain::HostOs)
+    }
     fn name(&self) -> &'static str {
         "monotonic-raw"
     }

@@ -209,6 +209,9 @@ fn latches<H: Hardware>(hw: &H, port: u16, mask: u32) -> bool {
 }
 
 impl<H: Hardware> ClockSource for AcpiPm<H> {
+    fn counter_domain(&self) -> Option<clockhal_core::CounterDomain> {
+        Some(clockhal_core::CounterDomain::AcpiPm)
+    }
     fn name(&self) -> &'static str {
         "acpi-pm"
     }

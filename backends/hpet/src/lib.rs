@@ -182,6 +182,9 @@ fn counter<H: Hardware>(hw: &H, region: MmioRegion, wide: bool) -> u64 {
 }
 
 impl<H: Hardware> ClockSource for Hpet<H> {
+    fn counter_domain(&self) -> Option<clockhal_core::CounterDomain> {
+        Some(clockhal_core::CounterDomain::Hpet)
+    }
     fn name(&self) -> &'static str {
         "hpet"
     }

@@ -93,6 +93,9 @@ impl<H: Hardware> HypervMsrClock<H> {
 }
 
 impl<H: Hardware> ClockSource for HypervMsrClock<H> {
+    fn counter_domain(&self) -> Option<clockhal_core::CounterDomain> {
+        Some(clockhal_core::CounterDomain::HypervisorCounter)
+    }
     fn name(&self) -> &'static str {
         "hyperv-msr"
     }

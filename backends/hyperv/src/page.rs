@@ -476,6 +476,15 @@ impl<H: Hardware> TscSource for HypervPageClock<H> {
 }
 
 impl<H: Hardware> ClockSource for HypervPageClock<H> {
+    /// The TSC, except while the calling CPU's reads fall back to
+    /// TIME_REF_COUNT: then the MSR's counter (one vote with the MSR clock).
+    fn counter_domain(&self) -> Option<clockhal_core::CounterDomain> {
+        Some(if self.falls_back(self.msr.hw.cpu_index()) {
+            clockhal_core::CounterDomain::HypervisorCounter
+        } else {
+            clockhal_core::CounterDomain::Tsc
+        })
+    }
     fn name(&self) -> &'static str {
         "hyperv-page"
     }

@@ -753,6 +753,9 @@ impl<H: Hardware> TscSource for Kvmclock<H> {
 }
 
 impl<H: Hardware> ClockSource for Kvmclock<H> {
+    fn counter_domain(&self) -> Option<clockhal_core::CounterDomain> {
+        Some(clockhal_core::CounterDomain::Tsc)
+    }
     fn name(&self) -> &'static str {
         "kvmclock"
     }

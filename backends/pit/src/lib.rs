@@ -387,6 +387,9 @@ fn tsc_per_ticks<H: Hardware>(hw: &H, ticks: u64) -> Result<u64, PitError> {
 }
 
 impl<H: Hardware> ClockSource for Pit<H> {
+    fn counter_domain(&self) -> Option<clockhal_core::CounterDomain> {
+        Some(clockhal_core::CounterDomain::Pit)
+    }
     fn name(&self) -> &'static str {
         "pit"
     }

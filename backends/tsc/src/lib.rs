@@ -525,6 +525,9 @@ impl<H: Hardware> TscSource for Tsc<H> {
 }
 
 impl<H: Hardware> ClockSource for Tsc<H> {
+    fn counter_domain(&self) -> Option<clockhal_core::CounterDomain> {
+        Some(clockhal_core::CounterDomain::Tsc)
+    }
     fn name(&self) -> &'static str {
         "tsc"
     }
