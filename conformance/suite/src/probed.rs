@@ -180,7 +180,12 @@ impl<H: Hardware + Clone> crate::PauseClock for Clock<H> {
         let mut n = 0;
         for c in self.report().candidates() {
             if let Verdict::Demoted { reason, .. } = c.verdict {
-                let _ = write!(list, "{}{}: {reason}", if n > 0 { "; " } else { "" }, c.name);
+                let _ = write!(
+                    list,
+                    "{}{}: {reason}",
+                    if n > 0 { "; " } else { "" },
+                    c.name
+                );
                 n += 1;
             }
         }

@@ -25,6 +25,8 @@ enum Break {
     Fault,
     /// A source demoted at the pause.
     Demote,
+    /// The source changes at every tick, pause or not.
+    Flap,
 }
 
 /// A clock on simulated time that does not advance over the pause (as
@@ -49,7 +51,8 @@ impl PauseClock for Scripted<'_> {
         }
     }
     fn current_source(&self) -> &'static str {
-        if self.breaks == Break::Switch && self.paused.get() {
+        let flap = self.breaks == Break::Flap && self.ticks.get() % 2 == 1;
+        if flap || (self.breaks == Break::Switch && self.paused.get()) {
             "hpet"
         } else {
             "kvmclock"
@@ -193,6 +196,14 @@ fn a_rebase_on_the_same_source_is_no_switch() {
 }
 
 #[test]
+fn a_clock_that_never_settles_fails_before_any_pause() {
+    let (s, _, d, ticks) = run(Break::Flap, Some(HOLD), true);
+    assert_eq!(s, Status::Fail, "{d}");
+    assert!(d.contains("did not settle"), "{d}");
+    assert_eq!(ticks, 40);
+}
+
+#[test]
 fn a_fault_counted_for_the_pause_fails() {
     let (s, _, d, _) = run(Break::Fault, Some(HOLD), true);
     assert_eq!(s, Status::Fail, "{d}");
@@ -219,8 +230,8 @@ fn a_host_that_never_resumes_fails_within_the_bound() {
     let (s, _, d, ticks) = run(Break::Nothing, Some(HOLD), false);
     assert_eq!(s, Status::Fail, "{d}");
     assert!(d.contains("did not resume"), "{d}");
-    // 30 s of clock time at one tick per 250 ms.
-    assert!((100..=125).contains(&ticks), "{ticks}");
+    // Six settling ticks, then 30 s of clock time at one tick per 250 ms.
+    assert!((106..=131).contains(&ticks), "{ticks}");
 }
 
 /// clockhal's `Clock` on the simulated QEMU/KVM machine, paused by the

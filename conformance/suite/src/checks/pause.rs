@@ -31,6 +31,40 @@ const CALIBRATE_NS: u64 = 50_000_000;
 const STALL_READS: u32 = 1_000_000;
 /// With a wait function (host tests): time let pass between samples.
 const SAMPLE_STEP_NS: u64 = 20_000;
+/// Ticks in a row with the same source and demotions that count as settled.
+pub const SETTLE_TICKS: u32 = 6;
+/// Most ticks spent settling (10 s).
+pub const MAX_SETTLE_TICKS: u32 = 40;
+
+/// Ticks every [`TICK_NS`] until the source and the demotion count held
+/// for [`SETTLE_TICKS`] ticks; `false` if they did not within
+/// [`MAX_SETTLE_TICKS`] (or the clock stopped).
+fn settle(clock: &dyn PauseClock, step: &dyn Fn()) -> bool {
+    let mut last = (clock.current_source(), clock.demotions(&mut Detail::new()));
+    let mut still = 0;
+    for _ in 0..MAX_SETTLE_TICKS {
+        let (from, mut same) = (clock.now_ns(), 0u32);
+        loop {
+            step();
+            let n = clock.now_ns();
+            if n.saturating_sub(from) >= TICK_NS {
+                break;
+            }
+            same = if n <= from { same + 1 } else { 0 };
+            if same > STALL_READS {
+                return false;
+            }
+        }
+        clock.tick();
+        let now = (clock.current_source(), clock.demotions(&mut Detail::new()));
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+        if still >= SETTLE_TICKS {
+            return true;
+        }
+    }
+    false
+}
 
 /// The sample interval in which the cycle counter stepped most.
 #[derive(Clone, Copy, Default)]
@@ -39,23 +73,50 @@ struct Gap {
     clock_ns: u64,
 }
 
-pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, clock: &dyn PauseClock, host: &dyn PauseHost) {
-    let source = clock.current_source();
-    let report = |rep: &mut Reporter<'_>, status, value, d: &Detail| {
-        rep.report(None, source, Check::Pause, status, value, "ns", d)
-    };
+pub(crate) fn run(
+    ctx: &Ctx<'_>,
+    rep: &mut Reporter<'_>,
+    clock: &dyn PauseClock,
+    host: &dyn PauseHost,
+) {
     let mut why = Detail::new();
     let Some(hold_ns) = host.planned_hold_ns(&mut why) else {
-        return report(rep, Status::Skip, Value::None, &detail!("{}", why.as_str()));
+        let source = clock.current_source();
+        return rep.report(
+            None,
+            source,
+            Check::Pause,
+            Status::Skip,
+            Value::None,
+            "ns",
+            &detail!("{}", why.as_str()),
+        );
     };
-    let switches = clock.switch_count();
-    let faults = clock.host_faults();
-    let demoted = clock.demotions(&mut Detail::new());
     let step = || {
         if let Some(w) = ctx.wait {
             w(SAMPLE_STEP_NS);
         }
     };
+    // Settle first: after the suite's tickless checks the watchdog may
+    // demote a supervised TSC for want of ticks and re-admit it rounds
+    // later; the pause is judged against a clock whose source and
+    // demotions held still for SETTLE_TICKS ticks.
+    let settled = settle(clock, &step);
+    let source = clock.current_source();
+    let report = |rep: &mut Reporter<'_>, status, value, d: &Detail| {
+        rep.report(None, source, Check::Pause, status, value, "ns", d)
+    };
+    if !settled {
+        return report(
+            rep,
+            Status::Fail,
+            Value::None,
+            &detail!("the clock did not settle before the pause (its source or demotions changed within every {SETTLE_TICKS} ticks for {MAX_SETTLE_TICKS} ticks)"),
+        );
+    }
+    let switches = clock.switch_count();
+    let faults = clock.host_faults();
+    let demoted = clock.demotions(&mut Detail::new());
 
     // The cycle counter's rate on the clock, before the pause.
     let (c0, n0) = ((ctx.cycles)(), clock.now_ns());
@@ -83,12 +144,11 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, clock: &dyn PauseClock,
         u64::try_from(u128::from(c) * u128::from(dn) / u128::from(dc)).unwrap_or(u64::MAX)
     };
 
-    // A tick just before: the pause then falls into one tick interval, as
-    // in an OS whose timer ticks the watchdog.
-    clock.tick();
-    host.ready();
+    // The first sample comes before the marker, so a pause that lands
+    // while the marker is being written is inside the first interval.
     let start = clock.now_ns();
     let (mut high, mut prev_c) = (start, (ctx.cycles)());
+    host.ready();
     let (mut samples, mut backs, mut worst_back) = (0u64, 0u64, 0u64);
     let (mut ticks, mut stopped_ticks, mut same) = (0u32, 0u32, 0u32);
     let mut gap = Gap::default();
@@ -118,7 +178,9 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, clock: &dyn PauseClock,
                 rep,
                 Status::Fail,
                 Value::None,
-                &detail!("the clock stopped ({STALL_READS} identical readings after {samples} samples)"),
+                &detail!(
+                    "the clock stopped ({STALL_READS} identical readings after {samples} samples)"
+                ),
             );
         }
         high = high.max(n);
@@ -170,8 +232,11 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, clock: &dyn PauseClock,
     };
     let mut list = Detail::new();
     let now_demoted = clock.demotions(&mut list);
-    let (now_source, now_switches, now_faults) =
-        (clock.current_source(), clock.switch_count(), clock.host_faults());
+    let (now_source, now_switches, now_faults) = (
+        clock.current_source(),
+        clock.switch_count(),
+        clock.host_faults(),
+    );
     let hold_ms = hold_ns / 1_000_000;
     if backs > 0 {
         return report(
@@ -196,7 +261,10 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, clock: &dyn PauseClock,
             rep,
             Status::Fail,
             Value::U64(gap.clock_ns),
-            &detail!("the host's updates over the pause counted {} faults ({seen})", now_faults.wrapping_sub(faults)),
+            &detail!(
+                "the host's updates over the pause counted {} faults ({seen})",
+                now_faults.wrapping_sub(faults)
+            ),
         );
     }
     if now_demoted > demoted {
