@@ -10,7 +10,7 @@ pub enum PauseTick {
     /// (kvmclock's `GUEST_STOPPED`) and skipped the interval.
     GuestStopped,
     /// Anything else (judged, nothing to compare, busy, ...). A switch or a
-    /// demotion shows in [`PauseClock::switches`] and
+    /// demotion shows in [`PauseClock::current_source`] and
     /// [`PauseClock::demotions`].
     Other,
 }
