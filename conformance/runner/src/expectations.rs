@@ -193,6 +193,15 @@ pub const EXPECTATIONS: &[Row] = &[
     row("tcg-q35-smp2", "hpet", Present, HPET_TCG),
     row("tcg-q35-smp2", "hpet", CrossCpuPass, SMP),
     row("tcg-q35-smp2", "acpi-pm", CrossCpuPass, SMP),
+    // ---- TCG q35, -icount shift=8 ---------------------------------------
+    row("tcg-q35-icount", "kvmclock", Absent, TCG_NO_KVMCLOCK),
+    row("tcg-q35-icount", "kvmclock", StealTimeSkip, STEAL_TCG),
+    row("tcg-q35-icount", "hyperv-page", Absent, NO_HV),
+    row("tcg-q35-icount", "hyperv-msr", Absent, NO_HV),
+    row("tcg-q35-icount", "tsc", Selected, TSC_TCG),
+    row("tcg-q35-icount", "tsc", UserPagePass, "ring 3 reads the TSC through the user clock page with a TSC within 100 ppm of 1 GHz (a +100 ppm publication once wrapped its multiplier: the page stood still)"),
+    row("tcg-q35-icount", "hpet", Present, HPET_TCG),
+    row("tcg-q35-icount", "acpi-pm", Present, PM),
     // ---- KVM q35 -------------------------------------------------------
     row("kvm-q35", "kvmclock", Selected, KVMCLOCK_WINS),
     row("kvm-q35", "kvmclock", StealTimePass, STEAL_KVM),
@@ -349,6 +358,7 @@ pub const PEER_EXPECTATIONS: &[PeerRow] = &[
     peer("tcg-pc-max", "tsc", L_TSC_TCG, None),
     peer("tcg-microvm-io1", "tsc", "as tcg-microvm (one I/O APIC): the TSC from PIT calibration is \
         the only clocksource", None),
+    peer("tcg-q35-icount", "tsc", L_TSC_TCG, None),
     peer("tcg-q35-smp2", "hpet", "two CPUs and a non-Intel TSC (TCG's max CPU is AuthenticAMD) without \
         constant_tsc: Linux deems the TSCs unsynchronized and marks the TSC unstable at boot \
         (arch/x86/kernel/tsc.c unsynchronized_tsc); hpet 250 wins", None),

@@ -25,6 +25,7 @@ mod expectations;
 mod foreign;
 mod linux_peer;
 mod outcome;
+mod pause;
 mod qemu;
 mod report;
 

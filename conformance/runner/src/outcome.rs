@@ -74,6 +74,8 @@ pub struct Outcome {
     pub log: String,
     /// The Linux peer in the same configuration (`linux_peer`).
     pub peer: Option<crate::linux_peer::PeerOutcome>,
+    /// What the runner did in a row that pauses the VM (`pause`).
+    pub pause: Option<crate::pause::PauseLog>,
 }
 
 impl Outcome {
@@ -92,6 +94,7 @@ impl Outcome {
             unexpected: Vec::new(),
             log: String::new(),
             peer: None,
+            pause: None,
         }
     }
 
@@ -352,6 +355,7 @@ impl Outcome {
             "log": self.log,
             "sources": sources,
             "linux_peer": self.peer.as_ref().map(|p| p.to_json(self)),
+            "pause": self.pause.as_ref().map(|p| p.to_json(self)),
         })
     }
 }

@@ -126,7 +126,14 @@ pub fn run(
     log: &Path,
     cpuid: &Path,
 ) -> Outcome {
-    let b = boot(config, kernel, &[], timeout_s, log);
+    // Rows that pause the VM boot with a QMP socket (`pause`).
+    let (b, pause) = match crate::pause::row(config.name) {
+        Some(_) => {
+            let (b, p) = crate::pause::boot(config, kernel, timeout_s, log);
+            (b, Some(p))
+        }
+        None => (boot(config, kernel, &[], timeout_s, log), None),
+    };
     let console = b.text.split(STDERR_MARKER).next().unwrap_or("");
     let dump: String = console
         .lines()
@@ -142,14 +149,19 @@ pub fn run(
             eprintln!("cannot write {}: {e}", cpuid.display());
         }
     }
-    Outcome::from_output(
+    let mut o = Outcome::from_output(
         config.name,
         config.accel,
         b.exit,
         b.seconds,
         &b.text,
         log.display().to_string(),
-    )
+    );
+    o.unexpected
+        .extend(crate::pause::violations(&o, pause.as_ref()));
+    crate::pause::tolerate_known_gap(&mut o);
+    o.pause = pause;
+    o
 }
 
 /// `-accel <name>`, unless the configuration's own arguments choose the

@@ -11,6 +11,7 @@ pub mod config;
 mod cpus;
 pub mod line;
 mod math;
+mod pause;
 #[cfg(feature = "clockhal")]
 pub mod probed;
 mod result;
@@ -20,6 +21,7 @@ mod suite;
 pub use clockhal_core::ClockSource;
 pub use config::Config;
 pub use cpus::Cpus;
+pub use pause::{PauseClock, PauseHost, PauseTick};
 pub use result::{Check, CheckResult, Sink, Status, Summary, Value, DETAIL_CAPACITY};
 pub use steal::StealTime;
 pub use suite::Suite;

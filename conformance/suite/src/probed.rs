@@ -148,3 +148,47 @@ impl<H: Hardware + Clone> crate::StealTime for Clock<H> {
         }
     }
 }
+
+/// The pause check over the clock: `now()`, its source and switches,
+/// kvmclock's counted host faults (rejected and reanchored updates), its
+/// watchdog, and the report's demotions.
+impl<H: Hardware + Clone> crate::PauseClock for Clock<H> {
+    fn now_ns(&self) -> u64 {
+        self.now().as_nanos()
+    }
+
+    fn current_source(&self) -> &'static str {
+        self.source_name()
+    }
+
+    fn switch_count(&self) -> u32 {
+        self.switches()
+    }
+
+    fn host_faults(&self) -> u64 {
+        self.kvmclock().map_or(0, |k| k.stats().faults())
+    }
+
+    fn tick(&self) -> crate::PauseTick {
+        match self.watchdog_tick() {
+            clockhal::WatchdogEvent::GuestStopped => crate::PauseTick::GuestStopped,
+            _ => crate::PauseTick::Other,
+        }
+    }
+
+    fn demotions(&self, list: &mut dyn Write) -> u32 {
+        let mut n = 0;
+        for c in self.report().candidates() {
+            if let Verdict::Demoted { reason, .. } = c.verdict {
+                let _ = write!(
+                    list,
+                    "{}{}: {reason}",
+                    if n > 0 { "; " } else { "" },
+                    c.name
+                );
+                n += 1;
+            }
+        }
+        n
+    }
+}

@@ -28,11 +28,15 @@ pub enum Check {
     /// KVM steal time never decreases and never grows faster than the
     /// reference (skipped without steal time).
     StealTime,
+    /// Across a host pause (QEMU `stop`/`cont`) the clock never goes back,
+    /// keeps its source, and counts no fault or demotion (skipped where no
+    /// pause is planned).
+    Pause,
 }
 
 impl Check {
     /// Every check, in run order.
-    pub const ALL: [Check; 9] = [
+    pub const ALL: [Check; 10] = [
         Check::Monotonic,
         Check::Resolution,
         Check::ReadCost,
@@ -42,6 +46,7 @@ impl Check {
         Check::CrossCpu,
         Check::Selected,
         Check::StealTime,
+        Check::Pause,
     ];
 
     /// The stable name used in result lines (`monotonic`, `read-cost`, ...).
@@ -56,6 +61,7 @@ impl Check {
             Check::CrossCpu => "cross-cpu",
             Check::Selected => "selected",
             Check::StealTime => "steal-time",
+            Check::Pause => "pause",
         }
     }
 

@@ -2,7 +2,7 @@
 
 use crate::config::{Config, MAX_SOURCES};
 use crate::result::{detail, Check, CheckResult, Detail, Sink, Status, Summary, Value};
-use crate::{checks, Cpus, StealTime};
+use crate::{checks, Cpus, PauseClock, PauseHost, StealTime};
 use clockhal_core::{ClockSource, Scale};
 
 /// Reads of an unchanged reference after which a wait gives up.
@@ -29,6 +29,7 @@ pub struct Suite<'a> {
     cpus: Option<&'a dyn Cpus>,
     selection: Option<Option<&'a str>>,
     steal: Option<&'a dyn StealTime>,
+    pause: Option<(&'a dyn PauseClock, &'a dyn PauseHost)>,
     config: Config,
 }
 
@@ -51,6 +52,7 @@ impl<'a> Suite<'a> {
             cpus: None,
             selection: None,
             steal: None,
+            pause: None,
             config: Config::default(),
         }
     }
@@ -96,6 +98,19 @@ impl<'a> Suite<'a> {
         self
     }
 
+    /// Runs the pause check ([`Check::Pause`]) last: samples `clock` on the
+    /// calling CPU, tells `host` it is ready to be paused, and after the
+    /// host resumed the guest checks that the clock never went back, kept
+    /// its source, and counted no fault or demotion over the pause. Skipped,
+    /// with the reason `host` gives, where no pause is planned. Without
+    /// this call that check is not run.
+    ///
+    /// Interrupt-safe: yes (stores the references).
+    pub fn pause(mut self, clock: &'a dyn PauseClock, host: &'a dyn PauseHost) -> Suite<'a> {
+        self.pause = Some((clock, host));
+        self
+    }
+
     /// Runs every check and reports each result to `sink`.
     pub fn run(&self, sink: &mut dyn Sink) -> Summary {
         let n = self.sources.len().min(MAX_SOURCES);
@@ -136,6 +151,9 @@ impl<'a> Suite<'a> {
         }
         if let Some(steal) = self.steal {
             checks::steal::run(&ctx, &mut rep, steal);
+        }
+        if let Some((clock, host)) = self.pause {
+            checks::pause::run(&ctx, &mut rep, clock, host);
         }
         rep.summary
     }

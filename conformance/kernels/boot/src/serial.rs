@@ -52,6 +52,18 @@ fn put_byte(byte: u8) {
     unsafe { cpu::outb(COM1, byte) };
 }
 
+/// A byte received on COM1, if one is waiting (LSR bit 0, data ready).
+/// Never waits: the host writes to the guest's console input (QEMU
+/// `-serial stdio`: the runner's pipe to QEMU's stdin).
+pub fn try_read_byte() -> Option<u8> {
+    // SAFETY: reading COM1's line status register has no side effects.
+    if unsafe { cpu::inb(LSR) } & 0x01 == 0 {
+        return None;
+    }
+    // SAFETY: reading COM1's receive buffer only takes the waiting byte.
+    Some(unsafe { cpu::inb(COM1) })
+}
+
 fn put_str(s: &str) {
     for byte in s.bytes() {
         if byte == b'\n' {

@@ -3,7 +3,8 @@
 //! Boots under QEMU (PVH, via clockhal-boot), starts the other vCPUs, runs
 //! the TSC warp test, probes every clockhal backend through the facade
 //! (kvmclock registered on every vCPU), runs the conformance suite on every
-//! constructed source, reads the user clock page from ring 3 while switching
+//! constructed source (and samples the clock across the runner's QMP
+//! `stop`/`cont` where it plans one: [`pause`]), reads the user clock page from ring 3 while switching
 //! sources ([`userpage`]), and prints the result lines that `clockhal-matrix`
 //! parses (format: `clockhal_conformance::line`). Exits through
 //! isa-debug-exit: success only when no check failed.
@@ -14,6 +15,7 @@
 
 mod cpuid_dump;
 mod cpus;
+mod pause;
 mod table;
 mod userpage;
 mod userprog;
@@ -154,9 +156,12 @@ fn kmain(info: &'static BootInfo) -> ! {
         .config(Config::default())
         .cpus(&cpus::BootCpus)
         .selected(selected);
+    // The runner's QMP stop/cont, where its command line plans one.
+    let host = pause::SerialHost::from_cmdline(info.cmdline);
     let mut summary = match &clock {
-        // Steal time on the boot CPU, judged against the reference.
-        Some(clock) => suite.steal(clock),
+        // Steal time on the boot CPU, judged against the reference; the
+        // clock sampled across a host pause.
+        Some(clock) => suite.steal(clock).pause(clock, &host),
         None => suite,
     }
     .run(&mut |r: &CheckResult<'_>| {

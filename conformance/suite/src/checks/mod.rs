@@ -3,6 +3,7 @@
 
 pub(crate) mod cost;
 pub(crate) mod monotonic;
+pub(crate) mod pause;
 pub(crate) mod rate;
 pub(crate) mod selection;
 pub(crate) mod steal;
