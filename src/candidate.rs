@@ -320,7 +320,7 @@ pub enum Note {
     Pit(clockhal_pit::PitRole),
     /// Hosted mode: where the TSC's rate came from.
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    HostedRate(crate::hosted::RateOrigin),
+    HostedRate(RateOrigin),
 }
 
 #[cfg(feature = "tsc")]
@@ -538,5 +538,27 @@ mod defmt_impls {
         fn format(&self, f: Formatter) {
             defmt::write!(f, "{=str}: {} note={}", self.name, self.verdict, self.note)
         }
+    }
+}
+
+/// Where a hosted TSC's rate came from (`clockhal::hosted::RateOrigin`).
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum RateOrigin {
+    /// Measured against `CLOCK_MONOTONIC_RAW`.
+    Calibrated,
+    /// The host kernel's kvmclock (vDSO pvclock page).
+    Kvmclock,
+}
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+impl fmt::Display for RateOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RateOrigin::Calibrated => "CLOCK_MONOTONIC_RAW calibration",
+            RateOrigin::Kvmclock => "kvmclock page",
+        })
     }
 }

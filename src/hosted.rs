@@ -33,25 +33,9 @@ use core::fmt;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
-/// Where a hosted TSC's rate came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub enum RateOrigin {
-    /// Measured against `CLOCK_MONOTONIC_RAW`.
-    Calibrated,
-    /// The host kernel's kvmclock (vDSO pvclock page).
-    Kvmclock,
-}
-
-impl fmt::Display for RateOrigin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RateOrigin::Calibrated => "CLOCK_MONOTONIC_RAW calibration",
-            RateOrigin::Kvmclock => "kvmclock page",
-        })
-    }
-}
+/// Where a hosted TSC's rate came from (defined with the report's notes,
+/// which name it).
+pub use crate::candidate::RateOrigin;
 
 /// Why hosted calibration failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -224,34 +224,6 @@ pub use clockhal_rtc as rtc;
 #[doc(inline)]
 pub use clockhal_tsc as tsc;
 
-/// Self-check, then selection.
-pub(crate) fn finish(
-    report: &mut Report,
-    sources: &candidate::Sources<'_>,
-    self_check: &SelfCheck,
-) {
-    check::run(report, sources, self_check);
-    reselect(report, sources);
-}
-
-/// Selection: the name forced by the policy if that candidate was
-/// constructed, else the best eligible candidate (no-trap rule included).
-pub(crate) fn reselect(report: &mut Report, sources: &candidate::Sources<'_>) {
-    let forced = report.force_request().and_then(|name| {
-        report
-            .candidates()
-            .find(|c| c.is_constructed() && c.name == name && sources[c.id.index()].is_some())
-            .map(|c| c.id)
-    });
-    match forced {
-        Some(id) => report.set_selected(Some(id), true),
-        None => {
-            let best = select::best(report, |_| true);
-            report.set_selected(best, false);
-        }
-    }
-}
-
 /// Compile-time check: every public type implements `defmt::Format`.
 #[cfg(feature = "defmt")]
 const _: fn() = || {

@@ -9,6 +9,7 @@ mod readmit;
 mod refine;
 mod stamp;
 mod steal;
+mod switch;
 mod user_page;
 mod watchdog;
 
@@ -762,33 +763,6 @@ impl<H: Hardware + Clone> Clock<H> {
             (Ok(()), Err(e)) => Err(e),
             (first, _) => first,
         }
-    }
-
-    /// Makes `id` the current source whatever its rating or verdict (for
-    /// experiments and comparisons, like [`Policy::force`](crate::Policy::force)
-    /// at run time), continuing the timeline above every instant returned
-    /// so far. The watchdog still checks it but never switches away; a
-    /// supervised TSC stays even without ticks. `Err` if that source was
-    /// not constructed.
-    /// Interrupt-safe: no (waits for the watchdog lock).
-    pub fn force(&self, id: SourceId) -> Result<(), crate::Rejection> {
-        if self.scale_of(id.index()).is_none() || self.backends.source(id).is_none() {
-            return Err(crate::Rejection::NotConfigured("source not constructed"));
-        }
-        self.locked(|_| {
-            self.forced.store(true, Ordering::Release);
-            self.switch_to(id);
-            self.deadline.store(u64::MAX, Ordering::Release);
-        });
-        Ok(())
-    }
-
-    /// Back to automatic selection after [`force`](Self::force) (or a
-    /// forced policy): switches to the best eligible source.
-    /// Interrupt-safe: no (waits for the watchdog lock).
-    pub fn unforce(&self) {
-        self.forced.store(false, Ordering::Release);
-        self.reselect();
     }
 
     /// Asks the next [`watchdog_tick`](Self::watchdog_tick) to restart its

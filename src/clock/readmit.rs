@@ -12,7 +12,6 @@
 //! disagreement) — and happens at most [`MAX_READMISSIONS`] times per
 //! source, so an OS whose ticks keep stopping cannot make the clock flap.
 
-use super::watchdog::{can_be_member, State};
 use super::Clock;
 use crate::{Demotion, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::{Member, MemberVerdict, Watchdog};
@@ -68,13 +67,13 @@ impl<H: Hardware + Clone> Clock<H> {
     /// [`READMIT_ROUNDS`] rounds. The re-admitted source, if any.
     pub(crate) fn probation_round(
         &self,
-        st: &mut State,
+        readmission: &mut Readmission,
         reference: SourceId,
         paused: bool,
     ) -> Option<SourceId> {
         let report = *self.report.lock();
         let cur = self.source_id();
-        let readmitted = st.readmission.readmitted;
+        let readmitted = readmission.readmitted;
         let candidate = report.candidates().find_map(|c| match c.verdict {
             Verdict::Demoted { descriptor, reason }
                 if forgivable(reason)
@@ -88,7 +87,7 @@ impl<H: Hardware + Clone> Clock<H> {
             _ => None,
         });
         let Some((id, descriptor)) = candidate else {
-            st.readmission.probation = None;
+            readmission.probation = None;
             return None;
         };
         let ref_rate = report.get(reference)?.frequency()?;
@@ -99,8 +98,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if !self.backends.serves(id, cpu) || !self.backends.serves(reference, cpu) {
             return None;
         }
-        let fresh = !st
-            .readmission
+        let fresh = !readmission
             .probation
             .as_ref()
             .is_some_and(|p| p.candidate == id && p.reference == reference);
@@ -117,7 +115,7 @@ impl<H: Hardware + Clone> Clock<H> {
                     conditional: false,
                 },
             ];
-            st.readmission.probation = Some(Probation {
+            readmission.probation = Some(Probation {
                 candidate: id,
                 reference,
                 watchdog: Watchdog::new(&members, self.settings.watchdog),
@@ -127,7 +125,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let ids = [Some(id), Some(reference)];
         let served = |s: SourceId| self.backends.serves(s, cpu);
         let round = self.take_round(ref_src, 1, &ids, &sources, &served);
-        let p = st.readmission.probation.as_mut()?;
+        let p = readmission.probation.as_mut()?;
         let j = p.watchdog.check(&round, 1, 0, paused);
         match j.verdict(0) {
             MemberVerdict::Ok { .. } => p.good += 1,
@@ -137,12 +135,22 @@ impl<H: Hardware + Clone> Clock<H> {
         if p.good < READMIT_ROUNDS {
             return None;
         }
-        st.readmission.probation = None;
-        st.readmission.readmitted[id.index()] += 1;
+        readmission.probation = None;
+        readmission.readmitted[id.index()] += 1;
         if let Some(c) = self.report.lock().get_mut(id) {
             c.readmit();
         }
         self.reselect_held();
         Some(id)
     }
+}
+
+/// Whether `id` can be a watchdog member while `current` is the clock's
+/// source. The PIT's 16-bit count wraps every 54.9 ms: only the current
+/// source's reads (an OS that committed to reading its clock that often)
+/// keep it extended. Not current — a calibration reference, a probe-time
+/// witness, a committed clock of last resort while another source is
+/// current — no tick can judge it, nor supervise anything with it.
+pub(crate) fn can_be_member(id: SourceId, current: SourceId) -> bool {
+    id != SourceId::Pit || id == current
 }

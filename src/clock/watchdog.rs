@@ -10,8 +10,8 @@
 //! each tick also keeps every software-extended counter fed: an OS that
 //! ticks at the documented period and otherwise idles loses no wrap.
 
-use super::{Clock, SWITCH_MARGIN_NS};
-use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
+use super::Clock;
+use crate::{Demotion, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::{
     CounterDomain, Judgement, Member, MemberVerdict, Outcome, Round, Stability, Watchdog,
     MAX_MEMBERS,
@@ -145,15 +145,7 @@ pub enum WatchdogEvent {
     },
 }
 
-/// Whether `id` can be a watchdog member while `current` is the clock's
-/// source. The PIT's 16-bit count wraps every 54.9 ms: only the current
-/// source's reads (an OS that committed to reading its clock that often)
-/// keep it extended. Not current — a calibration reference, a probe-time
-/// witness, a committed clock of last resort while another source is
-/// current — no tick can judge it, nor supervise anything with it.
-pub(crate) fn can_be_member(id: SourceId, current: SourceId) -> bool {
-    id != SourceId::Pit || id == current
-}
+pub(crate) use super::readmit::can_be_member;
 
 impl<H: Hardware + Clone> Clock<H> {
     /// The counter `id` reads now: the Hyper-V page reads the MSR while it
@@ -289,7 +281,7 @@ impl<H: Hardware + Clone> Clock<H> {
             // Nothing else to compare, but a demoted candidate can still
             // verify against the current source.
             if !restart && !self.conditional(cur) {
-                if let Some(source) = self.probation_round(st, cur, paused) {
+                if let Some(source) = self.probation_round(&mut st.readmission, cur, paused) {
                     return WatchdogEvent::Readmitted { source };
                 }
             }
@@ -356,7 +348,7 @@ impl<H: Hardware + Clone> Clock<H> {
             && !matches!(j.verdict(reference), MemberVerdict::Faulty(_))
             && !matches!(event, WatchdogEvent::Switched { .. });
         if !restart && ref_sound {
-            if let Some(source) = self.probation_round(st, ref_id, paused) {
+            if let Some(source) = self.probation_round(&mut st.readmission, ref_id, paused) {
                 if matches!(
                     event,
                     WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
@@ -750,44 +742,11 @@ impl<H: Hardware + Clone> Clock<H> {
         event
     }
 
-    /// Marks `id` demoted in the live report.
-    pub(crate) fn demote(&self, id: SourceId, reason: Demotion) {
-        if let Some(c) = self.report.lock().get_mut(id) {
-            c.demote(reason);
-        }
-    }
-
-    /// Demotes `id` (the current source) and switches to the best remaining
-    /// eligible source; the new current source, or `None` if the clock is
-    /// forced or nothing else is eligible (then it stays).
-    fn demote_and_switch(&self, st: &State, id: SourceId, reason: Demotion) -> Option<SourceId> {
-        self.demote(id, reason);
-        if self.forced.load(Ordering::Acquire) {
-            return None;
-        }
-        let report: Report = *self.report.lock();
-        let to = crate::select::best(&report, |c| c.id != id)?;
-        if let Demotion::Jumped { .. } = reason {
-            // A reading that jumped is no evidence of the time: the new
-            // source starts from what the floors and the anchor's
-            // independent counter say.
-            let start = self.trusted_now(st).saturating_add(SWITCH_MARGIN_NS);
-            self.start_source(to, start);
-            self.switches.fetch_add(1, Ordering::Release);
-        } else {
-            // Drift, a stop, host faults: the old source's reading now is
-            // off by what accumulated since the last round at most, and
-            // the timeline continues from it without a step.
-            self.switch_to(to);
-        }
-        Some(to)
-    }
-
     /// The time without reading the current source: the high-water mark of
     /// every floor, or further by the anchor's independent counter (the
     /// last verified instant plus the reference's elapsed time) when one
     /// exists.
-    fn trusted_now(&self, st: &State) -> u64 {
+    pub(super) fn trusted_now(&self, st: &State) -> u64 {
         let high = self.high_water();
         let Some((then, id, ticks)) = st.anchor else {
             return high;
@@ -799,48 +758,5 @@ impl<H: Hardware + Clone> Clock<H> {
             Some(d) => high.max(then.saturating_add(scale.ticks_to_ns(d))),
             None => high,
         }
-    }
-
-    /// From a read path (no watchdog tick at hand): demotes the current
-    /// source and switches, if the watchdog lock is free (a tick that runs
-    /// meanwhile will judge it anyway).
-    #[cold]
-    pub(crate) fn demote_current(&self, reason: Demotion) {
-        self.try_locked(|st| {
-            let cur = self.source_id();
-            if self.usable_now(cur) && self.demote_and_switch(st, cur, reason).is_some() {
-                st.core = None;
-            }
-        });
-    }
-
-    /// Selection again (after a rating changed): switches if the best
-    /// eligible source is not the current one.
-    pub(crate) fn reselect(&self) {
-        self.locked(|_| self.reselect_held());
-    }
-
-    /// [`reselect`](Self::reselect) with the watchdog lock held.
-    pub(crate) fn reselect_held(&self) {
-        if self.forced.load(Ordering::Acquire) {
-            return;
-        }
-        let report: Report = *self.report.lock();
-        if let Some(best) = crate::select::best(&report, |_| true) {
-            if best != self.source_id() {
-                self.switch_to(best);
-            }
-        }
-    }
-
-    /// Makes `to` current, continuing the timeline just above every instant
-    /// returned so far (on any CPU). Only with the watchdog lock held.
-    pub(super) fn switch_to(&self, to: SourceId) {
-        // The old source's reading now, and every floor: the new source
-        // starts above all of them.
-        let old = self.now_ns();
-        let start = old.max(self.high_water()).saturating_add(SWITCH_MARGIN_NS);
-        self.start_source(to, start);
-        self.switches.fetch_add(1, Ordering::Release);
     }
 }

@@ -540,7 +540,9 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
     for (to, from) in checked.iter_mut().zip(&counted) {
         *to = from.as_ref().map(|c| c as &dyn ClockSource);
     }
-    crate::finish(&mut report, &checked, &platform.self_check);
+    // Self-check, then selection.
+    crate::check::run(&mut report, &checked, &platform.self_check);
+    crate::select::reselect(&mut report, &checked);
     for id in SourceId::ALL {
         if let Some(c) = &counted[id.index()] {
             report.cost_mut().set_self_check(id, c.reads());
