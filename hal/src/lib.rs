@@ -24,6 +24,7 @@ mod slot;
 mod source;
 mod sync;
 mod time;
+pub mod timer;
 mod update;
 mod watchdog;
 
