@@ -241,6 +241,24 @@ pub const fn ticks_to_ns_floor(rate: Frequency, ticks: u64) -> u64 {
     }
 }
 
+/// One tick of `rate` in ns, rounded up (a descriptor's resolution).
+/// Interrupt-safe: yes.
+///
+/// ```
+/// use clockhal_core::{timer::ns_per_tick_ceil, Frequency};
+/// assert_eq!(ns_per_tick_ceil(Frequency::from_hz(3_579_545).unwrap()), 280);
+/// assert_eq!(ns_per_tick_ceil(Frequency::from_hz(1 << 40).unwrap()), 1);
+/// ```
+pub const fn ns_per_tick_ceil(rate: Frequency) -> u64 {
+    let num = 1_000_000_000u128 * rate.denominator() as u128;
+    let q = num.div_ceil(rate.numerator() as u128);
+    if q > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        q as u64
+    }
+}
+
 /// The count to program for `remaining_ns` on a device of `rate` accepting
 /// `min_ticks ..= max_ticks`: rounded up, at least `min_ticks` (a deadline
 /// due now, or in the past, fires at the device's earliest), at most
