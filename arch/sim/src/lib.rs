@@ -835,6 +835,24 @@ impl SimMachine {
             .map(|l| MmioRegion::simulated(l.base as usize, 4096))
     }
 
+    /// When HPET timer `n` next matches, machine ns (`None`: disabled,
+    /// no HPET, or never).
+    pub fn hpet_next_fire_ns(&self, n: usize) -> Option<u64> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.hpet.as_ref().and_then(|h| h.next_fire_ns(&ctx, n))
+    }
+
+    /// HPET timer `n`'s interrupt, if it has matched by now: the GSI it is
+    /// routed to.
+    pub fn hpet_take_interrupt(&self, n: usize) -> Option<u32> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.hpet.as_mut().and_then(|h| h.take_interrupt(&ctx, n))
+    }
+
     /// The HPET's register window as the OS would map it (simulated).
     pub fn hpet_region(&self) -> Option<MmioRegion> {
         self.config
