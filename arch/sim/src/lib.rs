@@ -827,6 +827,28 @@ impl SimMachine {
         st.lapic.as_mut().and_then(|l| l.take_interrupt(&ctx, cpu))
     }
 
+    /// When vCPU `cpu`'s Hyper-V STIMER0 fires, machine ns (`None`:
+    /// disabled, or no partition).
+    pub fn stimer_next_fire_ns(&self, cpu: usize) -> Option<u64> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.hyperv
+            .as_ref()
+            .and_then(|h| h.stimer_next_fire_ns(&ctx, cpu))
+    }
+
+    /// vCPU `cpu`'s STIMER0 interrupt (direct mode: its vector), if it has
+    /// fired by now.
+    pub fn stimer_take_interrupt(&self, cpu: usize) -> Option<u8> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.hyperv
+            .as_mut()
+            .and_then(|h| h.stimer_take_interrupt(&ctx, cpu))
+    }
+
     /// The xAPIC register page as the OS would map it (simulated).
     pub fn lapic_region(&self) -> Option<MmioRegion> {
         self.config
