@@ -158,6 +158,7 @@ mod probe_cost;
 mod report;
 mod select;
 mod settings;
+pub mod timer;
 mod wait;
 #[cfg(feature = "rtc")]
 mod wall_clock;

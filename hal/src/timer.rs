@@ -128,6 +128,9 @@ pub enum TimerError {
     Unsupported,
     /// The device refused or dropped the arm (found by a read-back).
     Dropped,
+    /// An absolute deadline needs the clock's map of the device's counter
+    /// (TSC-deadline: a TSC-based clock source), and there is none now.
+    NoMap,
 }
 
 impl fmt::Display for TimerError {
@@ -141,6 +144,7 @@ impl fmt::Display for TimerError {
             TimerError::InPast => f.write_str("expiry was in the past when written"),
             TimerError::Unsupported => f.write_str("programming mode not supported"),
             TimerError::Dropped => f.write_str("the device dropped the arm"),
+            TimerError::NoMap => f.write_str("no clock map of the device's counter"),
         }
     }
 }
