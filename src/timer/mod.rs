@@ -253,6 +253,12 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
         self.desc
     }
 
+    /// The clock whose timeline the deadlines are on.
+    /// Interrupt-safe: yes.
+    pub fn clock(&self) -> &'a Clock<H> {
+        self.clock
+    }
+
     /// The device.
     /// Interrupt-safe: yes.
     pub fn device(&self) -> &'a dyn TimerDevice {
