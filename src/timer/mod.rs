@@ -63,6 +63,10 @@ pub const PROGRAM_ATTEMPTS: u32 = 4;
 /// overdue ([`Timer::check_overdue`]).
 pub const DEFAULT_OVERDUE: Duration = Duration::from_millis(10);
 
+/// How late a programmed TSC-deadline may become through a change of the
+/// clock's map before [`Timer::check_overdue`] converts it again.
+pub const REMAP_SLACK: Duration = Duration::from_micros(1);
+
 /// No expected fire.
 const NONE: u64 = u64::MAX;
 
@@ -134,6 +138,9 @@ pub struct TimerStats {
     pub in_past: u32,
     /// Overdue deadlines found by [`Timer::check_overdue`].
     pub overdue: u32,
+    /// TSC-deadlines converted again because the clock's map moved
+    /// ([`Timer::check_overdue`], [`REMAP_SLACK`]).
+    pub remapped: u32,
 }
 
 /// Why [`Clock::timer`] refused a device.
@@ -200,12 +207,15 @@ pub struct Timer<'a, H: Hardware + Clone> {
     state: OneShot,
     /// Clock ns by which the programmed piece should have fired.
     expect_by: AtomicU64,
+    /// The counter value last given to `program_at` (absolute devices).
+    target: AtomicU64,
     overdue_ns: u64,
     fired: AtomicU32,
     rearmed: AtomicU32,
     spurious: AtomicU32,
     in_past: AtomicU32,
     overdue: AtomicU32,
+    remapped: AtomicU32,
 }
 
 impl<H: Hardware + Clone> Clock<H> {
@@ -228,12 +238,14 @@ impl<H: Hardware + Clone> Clock<H> {
             rate,
             state: OneShot::new(),
             expect_by: AtomicU64::new(NONE),
+            target: AtomicU64::new(NONE),
             overdue_ns: DEFAULT_OVERDUE.as_nanos(),
             fired: AtomicU32::new(0),
             rearmed: AtomicU32::new(0),
             spurious: AtomicU32::new(0),
             in_past: AtomicU32::new(0),
             overdue: AtomicU32::new(0),
+            remapped: AtomicU32::new(0),
         })
     }
 }
@@ -280,6 +292,7 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
             spurious: self.spurious.load(Relaxed),
             in_past: self.in_past.load(Relaxed),
             overdue: self.overdue.load(Relaxed),
+            remapped: self.remapped.load(Relaxed),
         }
     }
 
@@ -372,11 +385,20 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
     /// have fired more than the overdue bound ago (a dropped arm, a device
     /// that stopped in a deep C-state) is reported, counted and programmed
     /// again. `None`: nothing overdue.
+    ///
+    /// For a TSC-deadline it also converts the deadline again when the
+    /// clock's map moved so far that the programmed TSC value would now
+    /// fire more than [`REMAP_SLACK`] late (an earlier fire needs nothing:
+    /// the interrupt re-arms it), counted in [`TimerStats::remapped`].
     /// Interrupt-safe: yes.
     pub fn check_overdue(&self) -> Option<Overdue> {
         let deadline = self.state.deadline()?;
         let by = self.expect_by.load(Relaxed);
         let now = self.clock.now().as_nanos();
+        if self.desc.mode == TimerMode::AbsoluteCounter && by != NONE && self.map_moved(deadline) {
+            self.remapped.fetch_add(1, Relaxed);
+            let _ = self.program_current();
+        }
         let (expected_by, reprogrammed) = if by == NONE {
             // Armed but nothing programmed (an earlier error): retry, and
             // report only once the deadline itself is overdue.
@@ -398,6 +420,20 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
             now: Instant::from_nanos(now),
             reprogrammed,
         })
+    }
+
+    /// Whether the programmed TSC target now maps past `deadline` plus
+    /// [`REMAP_SLACK`] (no map now: `false`, nothing better to program).
+    fn map_moved(&self, deadline: u64) -> bool {
+        let target = self.target.load(Relaxed);
+        if target == NONE {
+            return false;
+        }
+        let Some(conv) = self.clock.stamp_converter() else {
+            return false;
+        };
+        conv.instant(crate::Stamp::from_tsc(target))
+            .is_some_and(|at| at.as_nanos() > deadline.saturating_add(REMAP_SLACK.as_nanos()))
     }
 
     /// Programs the armed deadline; retried when a concurrent arm replaced
@@ -450,6 +486,7 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
                 let target = tsc::tsc_for(self.clock, deadline).ok_or(TimerError::NoMap)?;
                 match self.device.program_at(target) {
                     Ok(()) => {
+                        self.target.store(target, Relaxed);
                         self.expect_by.store(deadline.max(now), Relaxed);
                         Ok(())
                     }
