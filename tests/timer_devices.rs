@@ -342,3 +342,58 @@ fn selection_on_kvm_like_and_tcg_like_lapics() {
         "lapic-tsc-deadline(150, selected) hpet-comparator(50)"
     );
 }
+
+#[test]
+fn a_lapic_that_drops_every_arm_fails_over_to_the_hpet() {
+    let m = machine(LapicConfig::tcg());
+    let c = clock(&m);
+    let access = ApicAccess::detect(&m, m.lapic_region()).unwrap();
+    let lapic = LapicOneShot::new(
+        &m,
+        access,
+        0xEF,
+        Frequency::from_hz(1_000_000_000).unwrap(),
+        1,
+    )
+    .unwrap();
+    let hpet = HpetComparator::new(&m, m.hpet_region().unwrap(), 0, HpetRoute::Auto).unwrap();
+    let devs: [&dyn TimerDevice; 2] = [&hpet, &lapic];
+    let choice = c.select_timer(&devs);
+    let t = c
+        .timer_from(&choice)
+        .unwrap()
+        .with_overdue_bound(Duration::from_micros(500));
+    assert_eq!(t.descriptor().name, "lapic-oneshot");
+    m.with_lapic(|l, _| l.drop_next_arms(u32::MAX));
+    let deadline = c.now() + Duration::from_micros(200);
+    t.arm(deadline).unwrap();
+    m.advance(1_000_000);
+    let first = t.check_overdue().expect("overdue");
+    assert_eq!(first.switched_to, None, "one strike");
+    m.advance(1_000_000);
+    let second = t.check_overdue().expect("still overdue");
+    assert_eq!(second.switched_to, Some("hpet-comparator"));
+    second.reprogrammed.unwrap();
+    assert_eq!(t.descriptor().name, "hpet-comparator");
+    assert_eq!(t.stats().failovers, 1);
+    // The HPET delivers it (late, as it must be after two checks).
+    let (at, _) = run(
+        &m,
+        &c,
+        &t,
+        deadline,
+        || m.hpet_next_fire_ns(0),
+        || m.hpet_take_interrupt(0).is_some(),
+    );
+    assert!(at >= deadline);
+    // A single-device timer has nowhere to go.
+    let alone = c
+        .timer(&lapic)
+        .unwrap()
+        .with_overdue_bound(Duration::from_micros(500));
+    alone.arm(c.now() + Duration::from_micros(200)).unwrap();
+    for _ in 0..3 {
+        m.advance(1_000_000);
+        assert_eq!(alone.check_overdue().unwrap().switched_to, None);
+    }
+}

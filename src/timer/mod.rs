@@ -48,7 +48,7 @@ use clockhal_core::timer::{plan_piece, ticks_to_ns_floor, OneShot};
 use clockhal_core::{Duration, Frequency, Instant};
 use clockhal_x86::Hardware;
 use core::fmt;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Attempts to program one piece when the device reports the expiry was
 /// already in the past ([`TimerError::InPast`]); each doubles the count, as
@@ -62,6 +62,13 @@ pub const PROGRAM_ATTEMPTS: u32 = 4;
 /// Default bound past the expected fire after which an armed deadline is
 /// overdue ([`Timer::check_overdue`]).
 pub const DEFAULT_OVERDUE: Duration = Duration::from_millis(10);
+
+/// Devices one [`Timer`] can fail over between ([`Clock::timer_from`]).
+pub const MAX_FALLBACKS: usize = 4;
+
+/// Consecutive overdue findings after which a [`Timer`] with fallbacks
+/// moves to its next device.
+pub const FAILOVER_AFTER: u32 = 2;
 
 /// How late a programmed TSC-deadline may become through a change of the
 /// clock's map before [`Timer::check_overdue`] converts it again.
@@ -108,8 +115,12 @@ pub struct Overdue {
     pub expected_by: Instant,
     /// When the check ran.
     pub now: Instant,
-    /// The re-programming the check did.
+    /// The re-programming the check did (on the new device after a
+    /// failover).
     pub reprogrammed: Result<(), TimerError>,
+    /// The device the timer moved to ([`FAILOVER_AFTER`] findings in a
+    /// row, and a fallback left), by name.
+    pub switched_to: Option<&'static str>,
 }
 
 impl fmt::Display for Overdue {
@@ -141,6 +152,8 @@ pub struct TimerStats {
     /// TSC-deadlines converted again because the clock's map moved
     /// ([`Timer::check_overdue`], [`REMAP_SLACK`]).
     pub remapped: u32,
+    /// Failovers to the next device.
+    pub failovers: u32,
 }
 
 /// Why [`Clock::timer`] refused a device.
@@ -149,12 +162,15 @@ pub struct TimerStats {
 pub enum TimerSetupError {
     /// Its descriptor (or rate) rules it out.
     Rejected(TimerRejection),
+    /// [`Clock::timer_from`]: no candidate is usable.
+    NoUsableDevice,
 }
 
 impl fmt::Display for TimerSetupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TimerSetupError::Rejected(r) => write!(f, "timer device rejected: {r}"),
+            TimerSetupError::NoUsableDevice => f.write_str("no usable timer device"),
         }
     }
 }
@@ -201,9 +217,14 @@ impl core::error::Error for TimerSetupError {}
 /// ```
 pub struct Timer<'a, H: Hardware + Clone> {
     clock: &'a Clock<H>,
-    device: &'a dyn TimerDevice,
-    desc: TimerDescriptor,
-    rate: Option<Frequency>,
+    /// The device in use and its fallbacks, in rank order; `active`
+    /// indexes a `Some`.
+    slots: [Option<Slot<'a>>; MAX_FALLBACKS],
+    /// `slots[0]`, unwrapped.
+    first: Slot<'a>,
+    active: AtomicUsize,
+    strikes: AtomicU32,
+    failovers: AtomicU32,
     state: OneShot,
     /// Clock ns by which the programmed piece should have fired.
     expect_by: AtomicU64,
@@ -216,6 +237,14 @@ pub struct Timer<'a, H: Hardware + Clone> {
     in_past: AtomicU32,
     overdue: AtomicU32,
     remapped: AtomicU32,
+}
+
+/// One device of a [`Timer`].
+#[derive(Clone, Copy)]
+struct Slot<'a> {
+    device: &'a dyn TimerDevice,
+    desc: TimerDescriptor,
+    rate: Option<Frequency>,
 }
 
 impl<H: Hardware + Clone> Clock<H> {
@@ -231,11 +260,49 @@ impl<H: Hardware + Clone> Clock<H> {
         if let Some(r) = select::rejection(self, &desc, rate) {
             return Err(TimerSetupError::Rejected(r));
         }
-        Ok(Timer {
+        let first = Slot { device, desc, rate };
+        let mut slots = [None; MAX_FALLBACKS];
+        slots[0] = Some(first);
+        Ok(self.timer_over(first, slots))
+    }
+
+    /// A [`Timer`] over the usable devices of `choice`, best first (up to
+    /// [`MAX_FALLBACKS`]): it starts on the selected one and moves to the
+    /// next after [`FAILOVER_AFTER`] overdue findings in a row
+    /// ([`Timer::check_overdue`]). The OS routes every one of their
+    /// interrupts to [`Timer::on_interrupt`].
+    /// Interrupt-safe: yes.
+    pub fn timer_from<'a>(
+        &'a self,
+        choice: &TimerChoice<'a>,
+    ) -> Result<Timer<'a, H>, TimerSetupError> {
+        let mut slots = [None; MAX_FALLBACKS];
+        let usable = choice
+            .iter()
+            .filter(|e| !matches!(e.2, TimerVerdict::Rejected(_)));
+        for (slot, (device, desc, _)) in slots.iter_mut().zip(usable) {
+            *slot = Some(Slot {
+                device,
+                desc,
+                rate: device.rate(),
+            });
+        }
+        let first = slots[0].ok_or(TimerSetupError::NoUsableDevice)?;
+        Ok(self.timer_over(first, slots))
+    }
+
+    fn timer_over<'a>(
+        &'a self,
+        first: Slot<'a>,
+        slots: [Option<Slot<'a>>; MAX_FALLBACKS],
+    ) -> Timer<'a, H> {
+        Timer {
             clock: self,
-            device,
-            desc,
-            rate,
+            slots,
+            first,
+            active: AtomicUsize::new(0),
+            strikes: AtomicU32::new(0),
+            failovers: AtomicU32::new(0),
             state: OneShot::new(),
             expect_by: AtomicU64::new(NONE),
             target: AtomicU64::new(NONE),
@@ -246,7 +313,7 @@ impl<H: Hardware + Clone> Clock<H> {
             in_past: AtomicU32::new(0),
             overdue: AtomicU32::new(0),
             remapped: AtomicU32::new(0),
-        })
+        }
     }
 }
 
@@ -259,10 +326,19 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
         self
     }
 
-    /// The device's descriptor (as read when the timer was made).
+    /// The device in use.
+    fn cur(&self) -> Slot<'a> {
+        // `active` only ever names a filled slot (construction fills slot
+        // 0; a failover moves only onto a filled one).
+        let i = self.active.load(Relaxed);
+        self.slots.get(i).copied().flatten().unwrap_or(self.first)
+    }
+
+    /// The descriptor of the device in use (as read when the timer was
+    /// made).
     /// Interrupt-safe: yes.
     pub fn descriptor(&self) -> TimerDescriptor {
-        self.desc
+        self.cur().desc
     }
 
     /// The clock whose timeline the deadlines are on.
@@ -271,10 +347,10 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
         self.clock
     }
 
-    /// The device.
+    /// The device in use.
     /// Interrupt-safe: yes.
     pub fn device(&self) -> &'a dyn TimerDevice {
-        self.device
+        self.cur().device
     }
 
     /// The armed deadline, if any.
@@ -293,6 +369,7 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
             in_past: self.in_past.load(Relaxed),
             overdue: self.overdue.load(Relaxed),
             remapped: self.remapped.load(Relaxed),
+            failovers: self.failovers.load(Relaxed),
         }
     }
 
@@ -318,7 +395,7 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
     /// Interrupt-safe: yes.
     pub fn cancel(&self) -> bool {
         let was = self.state.cancel().is_some();
-        self.device.cancel();
+        self.cur().device.cancel();
         self.expect_by.store(NONE, Relaxed);
         was
     }
@@ -340,6 +417,7 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
             match self.state.on_interrupt(now) {
                 Expiry::Fired { deadline_ns } => {
                     self.expect_by.store(NONE, Relaxed);
+                    self.strikes.store(0, Relaxed);
                     self.fired.fetch_add(1, Relaxed);
                     return TimerEvent::Fired {
                         deadline: Instant::from_nanos(deadline_ns),
@@ -395,31 +473,61 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
         let deadline = self.state.deadline()?;
         let by = self.expect_by.load(Relaxed);
         let now = self.clock.now().as_nanos();
-        if self.desc.mode == TimerMode::AbsoluteCounter && by != NONE && self.map_moved(deadline) {
+        if self.cur().desc.mode == TimerMode::AbsoluteCounter
+            && by != NONE
+            && self.map_moved(deadline)
+        {
             self.remapped.fetch_add(1, Relaxed);
             let _ = self.program_current();
         }
-        let (expected_by, reprogrammed) = if by == NONE {
+        let expected_by = if by == NONE {
             // Armed but nothing programmed (an earlier error): retry, and
             // report only once the deadline itself is overdue.
             let r = self.program_current();
             if r.is_ok() || now <= deadline.saturating_add(self.overdue_ns) {
                 return None;
             }
-            (deadline, r)
+            deadline
         } else {
             if now <= by.saturating_add(self.overdue_ns) {
                 return None;
             }
-            (by, self.program_current())
+            by
         };
         self.overdue.fetch_add(1, Relaxed);
+        let switched_to = self.maybe_fail_over();
         Some(Overdue {
             deadline: Instant::from_nanos(deadline),
             expected_by: Instant::from_nanos(expected_by),
             now: Instant::from_nanos(now),
-            reprogrammed,
+            reprogrammed: self.program_current(),
+            switched_to,
         })
+    }
+
+    /// One more strike against the device in use; at [`FAILOVER_AFTER`]
+    /// the next device (if any) takes over: the old one is cancelled.
+    fn maybe_fail_over(&self) -> Option<&'static str> {
+        let strikes = self.strikes.fetch_add(1, Relaxed) + 1;
+        if strikes < FAILOVER_AFTER {
+            return None;
+        }
+        let i = self.active.load(Relaxed);
+        let next = self.slots.get(i + 1).copied().flatten()?;
+        // One CPU wins the move; a racing check sees the new index.
+        if self
+            .active
+            .compare_exchange(i, i + 1, Relaxed, Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        if let Some(old) = self.slots[i] {
+            old.device.cancel();
+        }
+        self.strikes.store(0, Relaxed);
+        self.failovers.fetch_add(1, Relaxed);
+        Some(next.desc.name)
     }
 
     /// Whether the programmed TSC target now maps past `deadline` plus
@@ -455,13 +563,14 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
 
     fn program_once(&self, deadline: u64) -> Result<(), TimerError> {
         let now = self.clock.now().as_nanos();
-        match self.desc.mode {
+        let slot = self.cur();
+        match slot.desc.mode {
             TimerMode::Delta => {
-                let rate = self.rate.ok_or(TimerError::NoRate)?;
-                let (min, max) = (self.desc.min_delta_ticks, self.desc.max_delta_ticks);
+                let rate = slot.rate.ok_or(TimerError::NoRate)?;
+                let (min, max) = (slot.desc.min_delta_ticks, slot.desc.max_delta_ticks);
                 let mut ticks = plan_piece(deadline.saturating_sub(now), rate, min, max)?;
                 for _ in 0..IN_PAST_RETRIES {
-                    match self.device.program(ticks) {
+                    match slot.device.program(ticks) {
                         Ok(()) => {
                             // The piece's time at the device's rate, rounded
                             // up by one ns (the conversion floors).
@@ -484,7 +593,7 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
             }
             TimerMode::AbsoluteCounter => {
                 let target = tsc::tsc_for(self.clock, deadline).ok_or(TimerError::NoMap)?;
-                match self.device.program_at(target) {
+                match slot.device.program_at(target) {
                     Ok(()) => {
                         self.target.store(target, Relaxed);
                         self.expect_by.store(deadline.max(now), Relaxed);
@@ -503,7 +612,7 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
 impl<H: Hardware + Clone> fmt::Debug for Timer<'_, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Timer")
-            .field("device", &self.desc.name)
+            .field("device", &self.cur().desc.name)
             .field("deadline", &self.state.deadline())
             .field("stats", &self.stats())
             .finish()
