@@ -1,11 +1,13 @@
 //! The facade's timer over the simulated devices: LAPIC TSC-deadline
 //! through the clock's map, LAPIC one-shot with a rate that is off, the
-//! HPET comparator, Hyper-V STIMER0, a dropped arm, and the selection.
+//! HPET comparator, Hyper-V STIMER0, PIT channel 0, a dropped arm,
+//! failover, and the selection.
 #![cfg(all(
     feature = "tsc",
     feature = "hpet",
     feature = "hyperv",
-    feature = "kvmclock"
+    feature = "kvmclock",
+    feature = "pit"
 ))]
 
 mod adversarial;
@@ -396,4 +398,32 @@ fn a_lapic_that_drops_every_arm_fails_over_to_the_hpet() {
         m.advance(1_000_000);
         assert_eq!(alone.check_overdue().unwrap().switched_to, None);
     }
+}
+
+#[test]
+fn pit_channel0_is_the_last_resort() {
+    use clockhal_pit::channel0::PitChannel0;
+    use clockhal_x86::pit::Channel0Grant;
+    let m = machine(LapicConfig::tcg());
+    let c = clock(&m);
+    let pit = PitChannel0::new(&m, Channel0Grant::simulated());
+    let hpet = HpetComparator::new(&m, m.hpet_region().unwrap(), 0, HpetRoute::Auto).unwrap();
+    let devs: [&dyn TimerDevice; 2] = [&pit, &hpet];
+    assert_eq!(
+        c.select_timer(&devs).to_string(),
+        "hpet-comparator(50, selected) pit-ch0(10)"
+    );
+    // Alone it still works: 100 ms in two 54.9 ms pieces.
+    let t = c.timer(&pit).unwrap();
+    let deadline = c.now() + Duration::from_millis(100);
+    t.arm(deadline).unwrap();
+    let (_, irqs) = run(
+        &m,
+        &c,
+        &t,
+        deadline,
+        || m.pit_ch0_next_fire_ns(),
+        || m.pit_ch0_take_interrupt(),
+    );
+    assert_eq!(irqs, 2);
 }

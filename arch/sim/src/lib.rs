@@ -849,6 +849,25 @@ impl SimMachine {
             .and_then(|h| h.stimer_take_interrupt(&ctx, cpu))
     }
 
+    /// When PIT channel 0's one-shot raises IRQ 0, machine ns (`None`:
+    /// none pending, or no PIT).
+    pub fn pit_ch0_next_fire_ns(&self) -> Option<u64> {
+        self.lock()
+            .pit
+            .as_ref()
+            .and_then(|p| p.channel0_next_fire_ns())
+    }
+
+    /// PIT channel 0's IRQ 0, if it has come by now (taken once).
+    pub fn pit_ch0_take_interrupt(&self) -> bool {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.pit
+            .as_mut()
+            .is_some_and(|p| p.channel0_take_interrupt(&ctx))
+    }
+
     /// The xAPIC register page as the OS would map it (simulated).
     pub fn lapic_region(&self) -> Option<MmioRegion> {
         self.config
