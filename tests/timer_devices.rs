@@ -427,3 +427,45 @@ fn pit_channel0_is_the_last_resort() {
     );
     assert_eq!(irqs, 2);
 }
+
+#[test]
+fn lapic_rate_calibrated_against_the_clock_where_nothing_states_it() {
+    use clockhal_x86::timer_regs::{apic_timer_read, apic_timer_write, ApicTimerReg};
+    // The path where nothing states the rate (QEMU TCG): measure the
+    // current count against the clock (Clock::calibrate_lapic), at the
+    // OS's divide, and hand both to the device.
+    let m = machine(LapicConfig {
+        timer_hz: 1_000_000_000,
+        ..LapicConfig::tcg()
+    });
+    let c = clock(&m);
+    let access = ApicAccess::detect(&m, m.lapic_region()).unwrap();
+    // The OS's calibration set-up: divide 16 (0b0011), LVT masked.
+    apic_timer_write(&m, access, ApicTimerReg::DivideConfig, 0b0011);
+    apic_timer_write(&m, access, ApicTimerReg::LvtTimer, 1 << 16);
+    let rate = c
+        .calibrate_lapic(
+            |count| apic_timer_write(&m, access, ApicTimerReg::InitialCount, count),
+            || apic_timer_read(&m, access, ApicTimerReg::CurrentCount),
+            Duration::from_millis(2),
+        )
+        .unwrap();
+    assert!(
+        rate.frequency.hz_rounded().abs_diff(62_500_000) < 62_500,
+        "{rate}"
+    );
+    let dev = LapicOneShot::new(&m, access, 0xEF, rate.frequency, 16).unwrap();
+    let t = c.timer(&dev).unwrap();
+    for us in [20u64, 700, 5_000] {
+        let deadline = c.now() + Duration::from_micros(us);
+        t.arm(deadline).unwrap();
+        run(
+            &m,
+            &c,
+            &t,
+            deadline,
+            || m.lapic_next_fire_ns(0),
+            || m.lapic_take_interrupt(0).is_some(),
+        );
+    }
+}
