@@ -71,7 +71,7 @@ fi
 cargo run -q -p clockhal-bench --release --bin clockhal-read-count -- --check
 
 step "no_std builds for x86_64-unknown-none"
-LIBS=(clockhal-core clockhal-x86 clockhal-user clockhal-kvmclock clockhal-hyperv clockhal-tsc clockhal-hpet clockhal-acpi-pm clockhal-pit clockhal-rtc clockhal-conformance)
+LIBS=(clockhal-core clockhal-x86 clockhal-user clockhal-kvmclock clockhal-hyperv clockhal-tsc clockhal-hpet clockhal-acpi-pm clockhal-pit clockhal-rtc clockhal-lapic-timer clockhal-conformance)
 for p in "${LIBS[@]}"; do
     cargo build -q -p "$p" --target x86_64-unknown-none --no-default-features
 done

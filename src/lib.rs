@@ -143,6 +143,9 @@ mod clock;
 mod cpu_error;
 #[cfg(feature = "embedded-hal")]
 mod delay;
+#[cfg(feature = "embassy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "embassy")))]
+pub mod embassy;
 #[cfg(feature = "embedded-time")]
 mod embedded;
 #[cfg(feature = "fugit")]
@@ -157,6 +160,7 @@ mod probe_cost;
 mod report;
 mod select;
 mod settings;
+pub mod timer;
 mod wait;
 #[cfg(feature = "rtc")]
 mod wall_clock;

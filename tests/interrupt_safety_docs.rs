@@ -26,6 +26,7 @@ const LIBRARY_SOURCES: &[&str] = &[
     "backends/acpi-pm/src",
     "backends/pit/src",
     "backends/rtc/src",
+    "backends/lapic-timer/src",
 ];
 
 const MARKER: &str = "Interrupt-safe:";

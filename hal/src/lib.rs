@@ -25,6 +25,7 @@ mod source;
 mod sync;
 mod time;
 pub mod timeline;
+pub mod timer;
 mod update;
 mod watchdog;
 

@@ -69,7 +69,30 @@ pub struct Hpet {
     /// The counter's true width (wraps at 2^bits), whatever the
     /// capabilities claim.
     bits: u32,
+    /// The three comparators (timers 0-2).
+    timers: [Comparator; 3],
+    /// Tn_INT_ROUTE_CAP of every timer (bit n: GSI n allowed).
+    route_cap: u32,
+    /// Run-time fault: the next `n` comparator writes are dropped.
+    drop_comparator_writes: u32,
 }
+
+/// One comparator (timer N registers at 0x100 + 0x20 * N).
+#[derive(Clone, Copy, Debug, Default)]
+struct Comparator {
+    /// Tn_INT_ENB_CNF (bit 2), Tn_32MODE_CNF (bit 8), Tn_INT_ROUTE_CNF
+    /// (bits 13:9); the rest is not modelled (edge, one-shot).
+    config: u64,
+    comparator: u64,
+    /// A match is pending (set by a comparator or config write, cleared
+    /// when the interrupt is taken): the first match counts from then.
+    armed: bool,
+}
+
+/// Tn_INT_ENB_CNF.
+const TN_INT_ENB: u64 = 1 << 2;
+/// Tn_32MODE_CNF.
+const TN_32MODE: u64 = 1 << 8;
 
 impl Hpet {
     /// An HPET per `config`, with the counter at `initial_counter` and the
@@ -87,7 +110,74 @@ impl Hpet {
             rate_error_ppm: 0,
             stopped: false,
             bits,
+            timers: [Comparator::default(); 3],
+            route_cap: 0x00FF_0104,
+            drop_comparator_writes: 0,
         }
+    }
+
+    /// Run-time: every timer's Tn_INT_ROUTE_CAP (bit n: GSI n may be
+    /// routed to). The default allows GSIs 2, 8 and 16-23.
+    pub fn set_route_cap(&mut self, cap: u32) {
+        self.route_cap = cap;
+    }
+
+    /// Run-time fault: the next `n` comparator writes are dropped (the
+    /// comparator keeps its old value).
+    pub fn drop_comparator_writes(&mut self, n: u32) {
+        self.drop_comparator_writes = n;
+    }
+
+    /// Width of timer `n`'s comparison: 32 when the counter is 32-bit or
+    /// the timer is in 32-bit mode.
+    fn timer_bits(&self, n: usize) -> u32 {
+        if self.bits < 64 || self.timers[n].config & TN_32MODE != 0 {
+            self.bits.min(32)
+        } else {
+            64
+        }
+    }
+
+    /// When timer `n` next matches, machine ns (`None`: its interrupt is
+    /// disabled, the counter does not run, or, for a 64-bit comparison
+    /// already passed, never). A comparator behind the counter matches
+    /// only after the counter wraps: the "written in the past" race.
+    pub fn next_fire_ns(&self, ctx: &SimCtx<'_>, n: usize) -> Option<u64> {
+        let t = self.timers.get(n)?;
+        if t.config & TN_INT_ENB == 0 || !self.enabled || self.config.stuck || self.stopped {
+            return None;
+        }
+        let bits = self.timer_bits(n);
+        let mask = u64::MAX >> (64 - bits);
+        let delta = t.comparator.wrapping_sub(self.counter(ctx)) & mask;
+        let delta = match (delta, t.armed) {
+            (0, true) => 0,
+            (0, false) if bits == 64 => return None,
+            (0, false) => 1u128 << bits,
+            (d, _) => d as u128,
+        };
+        let ppm = 1_000_000 + self.rate_error_ppm as i128;
+        if ppm <= 0 {
+            return None;
+        }
+        // ticks * period / rate factor, rounded up: the first ns at which
+        // the counter has reached the comparator.
+        let ns =
+            (delta * self.config.period_fs as u128 * 1_000_000).div_ceil(1_000_000 * ppm as u128);
+        let ns = ns.min(u64::MAX as u128) as u64;
+        Some(ctx.now_ns.saturating_add(ns))
+    }
+
+    /// Takes timer `n`'s interrupt if it has matched by now: the GSI it
+    /// is routed to (Tn_INT_ROUTE_CNF).
+    pub fn take_interrupt(&mut self, ctx: &SimCtx<'_>, n: usize) -> Option<u32> {
+        let at = self.next_fire_ns(ctx, n)?;
+        if ctx.now_ns < at {
+            return None;
+        }
+        let t = &mut self.timers[n];
+        t.armed = false;
+        Some(((t.config >> 9) & 0x1F) as u32)
     }
 
     /// Run-time fault: from now on the counter runs `ppm` parts per million
@@ -171,6 +261,20 @@ impl Hpet {
             0x000 => self.capabilities(),
             0x010 => self.config_reg,
             0x0F0 => self.counter(ctx),
+            r @ 0x100..=0x15F => {
+                let n = ((r - 0x100) / 0x20) as usize;
+                let t = &self.timers[n];
+                match (r - 0x100) % 0x20 {
+                    // Tn_SIZE_CAP (bit 5) with a 64-bit counter; route cap.
+                    0x00 => {
+                        t.config
+                            | (self.config.counter_64bit as u64) << 5
+                            | (self.route_cap as u64) << 32
+                    }
+                    0x08 => t.comparator & (u64::MAX >> (64 - self.timer_bits(n))),
+                    _ => 0,
+                }
+            }
             _ => 0,
         };
         let shifted = full >> ((off & 7) * 8);
@@ -198,6 +302,36 @@ impl Hpet {
                 }
                 self.enabled = enable;
                 self.config_reg = value & 3;
+            }
+            (r @ 0x100..=0x15F, _) => {
+                let n = ((r - 0x100) / 0x20) as usize;
+                let lo = if size == 8 {
+                    value
+                } else {
+                    value & 0xFFFF_FFFF
+                };
+                match (r - 0x100) % 0x20 {
+                    0x00 => {
+                        let route = (lo >> 9) & 0x1F;
+                        let route = if self.route_cap & (1 << route) != 0 {
+                            route
+                        } else {
+                            (self.timers[n].config >> 9) & 0x1F // not allowed: kept
+                        };
+                        self.timers[n].config = (lo & (TN_INT_ENB | TN_32MODE)) | route << 9;
+                        self.timers[n].armed = true;
+                    }
+                    0x08 => {
+                        if self.drop_comparator_writes > 0 {
+                            self.drop_comparator_writes -= 1;
+                            return;
+                        }
+                        let bits = self.timer_bits(n);
+                        self.timers[n].comparator = lo & (u64::MAX >> (64 - bits));
+                        self.timers[n].armed = true;
+                    }
+                    _ => {}
+                }
             }
             (0x0F0, _) if !self.enabled => {
                 self.counter_base = if size == 8 {

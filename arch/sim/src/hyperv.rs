@@ -9,6 +9,8 @@ const MSR_TIME_REF_COUNT: u32 = 0x4000_0020;
 const MSR_REFERENCE_TSC: u32 = 0x4000_0021;
 const MSR_TSC_FREQUENCY: u32 = 0x4000_0022;
 const MSR_APIC_FREQUENCY: u32 = 0x4000_0023;
+const MSR_STIMER0_CONFIG: u32 = 0x4000_00B0;
+const MSR_STIMER0_COUNT: u32 = 0x4000_00B1;
 
 /// What the simulated partition offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +26,10 @@ pub struct HypervConfig {
     /// Reserved bits 11:1 of HV_X64_MSR_REFERENCE_TSC as the host sets them
     /// (the guest must preserve them).
     pub reference_tsc_reserved: u64,
+    /// Synthetic timers (EAX bit 3) with direct mode (EDX bit 19): off by
+    /// default, so the recorded profiles' CPUID stays as it was; only
+    /// STIMER0 is modelled.
+    pub synthetic_timers: bool,
 }
 
 impl Default for HypervConfig {
@@ -34,6 +40,7 @@ impl Default for HypervConfig {
             frequency_msrs: true,
             invariant_controls: true,
             reference_tsc_reserved: 0,
+            synthetic_timers: false,
         }
     }
 }
@@ -45,10 +52,11 @@ impl HypervConfig {
             | (self.reference_tsc as u32) << 9
             | (self.frequency_msrs as u32) << 11
             | (self.invariant_controls as u32) << 15
+            | (self.synthetic_timers as u32) << 3
     }
     /// CPUID 0x40000003 EDX.
     pub fn feature_edx(&self) -> u32 {
-        (self.frequency_msrs as u32) << 8
+        (self.frequency_msrs as u32) << 8 | (self.synthetic_timers as u32) << 19
     }
 }
 
@@ -63,7 +71,25 @@ pub struct HypervHost {
     page_override: Option<(u64, i64)>,
     /// Whether the host fills the page (when off, it stays invalid).
     page_updates: bool,
+    /// STIMER0 of each vCPU (grown on first use).
+    stimers: Vec<Stimer>,
+    /// Fault: every synthetic timer fires this many ns early.
+    stimer_early_ns: u64,
 }
+
+/// One vCPU's synthetic timer 0.
+#[derive(Clone, Copy, Debug, Default)]
+struct Stimer {
+    config: u64,
+    count: u64,
+}
+
+/// STIMER config: Enable (bit 0), Periodic (1), AutoEnable (3), vector
+/// (11:4), DirectMode (12).
+const STIMER_ENABLE: u64 = 1 << 0;
+const STIMER_PERIODIC: u64 = 1 << 1;
+const STIMER_AUTO_ENABLE: u64 = 1 << 3;
+const STIMER_DIRECT: u64 = 1 << 12;
 
 impl HypervHost {
     /// A partition per `config`.
@@ -76,7 +102,49 @@ impl HypervHost {
             sequence: 0,
             page_override: None,
             page_updates: true,
+            stimers: Vec::new(),
+            stimer_early_ns: 0,
         }
+    }
+
+    fn stimer(&mut self, cpu: usize) -> &mut Stimer {
+        if self.stimers.len() <= cpu {
+            self.stimers.resize(cpu + 1, Stimer::default());
+        }
+        &mut self.stimers[cpu]
+    }
+
+    /// Fault: every synthetic timer fire comes `ns` early.
+    pub fn set_stimer_early_ns(&mut self, ns: u64) {
+        self.stimer_early_ns = ns;
+    }
+
+    /// When vCPU `cpu`'s STIMER0 fires, machine ns: one-shot, direct
+    /// mode, enabled, count non-zero. An expiry in the past fires at once
+    /// (TLFS). Periodic and SynIC-message modes are not modelled (`None`).
+    pub fn stimer_next_fire_ns(&self, ctx: &SimCtx<'_>, cpu: usize) -> Option<u64> {
+        let t = self.stimers.get(cpu)?;
+        let on = t.config & STIMER_ENABLE != 0
+            && t.config & STIMER_DIRECT != 0
+            && t.config & STIMER_PERIODIC == 0
+            && t.count != 0;
+        on.then(|| {
+            (t.count.saturating_mul(100))
+                .saturating_sub(self.stimer_early_ns)
+                .max(ctx.now_ns)
+        })
+    }
+
+    /// vCPU `cpu`'s STIMER0 interrupt if it has fired by now: its vector
+    /// (the timer is then disabled, as a one-shot is after expiry).
+    pub fn stimer_take_interrupt(&mut self, ctx: &SimCtx<'_>, cpu: usize) -> Option<u8> {
+        let at = self.stimer_next_fire_ns(ctx, cpu)?;
+        if ctx.now_ns < at {
+            return None;
+        }
+        let t = self.stimer(cpu);
+        t.config &= !STIMER_ENABLE;
+        Some((t.config >> 4) as u8)
     }
 
     /// The configuration.
@@ -172,6 +240,13 @@ impl HypervHost {
             MSR_REFERENCE_TSC if self.config.reference_tsc => Some(self.reference_tsc_msr),
             MSR_TSC_FREQUENCY if self.config.frequency_msrs => Some(ctx.tsc_hz),
             MSR_APIC_FREQUENCY if self.config.frequency_msrs => Some(200_000_000),
+            MSR_STIMER0_CONFIG if self.config.synthetic_timers => {
+                Some(self.stimers.get(ctx.cpu).map_or(0, |t| t.config))
+            }
+            MSR_STIMER0_COUNT if self.config.synthetic_timers => {
+                Some(self.stimers.get(ctx.cpu).map_or(0, |t| t.count))
+            }
+            MSR_STIMER0_CONFIG | MSR_STIMER0_COUNT => None,
             MSR_TIME_REF_COUNT | MSR_REFERENCE_TSC | MSR_TSC_FREQUENCY | MSR_APIC_FREQUENCY => None,
             _ => return None,
         })
@@ -197,9 +272,24 @@ impl HypervHost {
                 self.update_page(ctx);
                 Ok(())
             }
-            MSR_TIME_REF_COUNT | MSR_REFERENCE_TSC | MSR_TSC_FREQUENCY | MSR_APIC_FREQUENCY => {
-                Err(())
+            MSR_STIMER0_CONFIG if self.config.synthetic_timers => {
+                self.stimer(ctx.cpu).config = value & 0xF_1FFF;
+                Ok(())
             }
+            MSR_STIMER0_COUNT if self.config.synthetic_timers => {
+                let t = self.stimer(ctx.cpu);
+                t.count = value;
+                // TLFS: a count write with AutoEnable set enables the
+                // timer; a zero count disables a one-shot.
+                if value == 0 {
+                    t.config &= !STIMER_ENABLE;
+                } else if t.config & STIMER_AUTO_ENABLE != 0 {
+                    t.config |= STIMER_ENABLE;
+                }
+                Ok(())
+            }
+            MSR_TIME_REF_COUNT | MSR_REFERENCE_TSC | MSR_TSC_FREQUENCY | MSR_APIC_FREQUENCY
+            | MSR_STIMER0_CONFIG | MSR_STIMER0_COUNT => Err(()),
             _ => return None,
         })
     }

@@ -7,6 +7,7 @@ mod cpuid;
 mod hpet;
 mod hyperv;
 mod kvm;
+mod lapic;
 mod low_memory;
 mod memory;
 mod overrides;
@@ -27,6 +28,7 @@ pub use cpuid::{
 pub use hpet::{Hpet, HpetConfig};
 pub use hyperv::{HypervConfig, HypervHost};
 pub use kvm::{KvmConfig, KvmHost, PvclockUpdate};
+pub use lapic::{Lapic, LapicConfig};
 pub use low_memory::{LowMemory, LOW_MEMORY_LEN};
 pub use memory::SharedMemory;
 pub use overrides::Answer;
@@ -119,6 +121,9 @@ pub struct SimConfig {
     pub pit: Option<PitConfig>,
     /// CMOS RTC (ports 0x70-0x71), if any.
     pub rtc: Option<RtcConfig>,
+    /// Local APIC timers (one per CPU), if modelled. Without one, the APIC
+    /// MSRs and MMIO page are absent as any other unknown register.
+    pub lapic: Option<LapicConfig>,
 }
 
 /// The four CPUID registers, for table building.
@@ -164,6 +169,7 @@ impl SimConfig {
             pm_timer: None,
             pit: None,
             rtc: None,
+            lapic: None,
         }
     }
 
@@ -281,6 +287,22 @@ impl SimConfig {
         self
     }
 
+    /// Adds local APIC timers and the CPUID bits that announce them: APIC
+    /// (1:EDX bit 9), x2APIC (1:ECX bit 21) and TSC-deadline (1:ECX bit
+    /// 24) per the config, ARAT (6:EAX bit 2).
+    pub fn with_lapic(mut self, lapic: LapicConfig) -> Self {
+        let mut l1 = self.cpuid.get(&(1, 0)).copied().unwrap_or_default();
+        l1.edx |= 1 << 9;
+        l1.ecx &= !(1 << 21 | 1 << 24);
+        l1.ecx |= (lapic.x2apic as u32) << 21 | (lapic.tsc_deadline as u32) << 24;
+        self.cpuid.insert((1, 0), l1);
+        let mut l6 = self.cpuid.get(&(6, 0)).copied().unwrap_or_default();
+        l6.eax = (l6.eax & !(1 << 2)) | (lapic.arat as u32) << 2;
+        self.cpuid.insert((6, 0), l6);
+        self.lapic = Some(lapic);
+        self
+    }
+
     /// Builds the machine.
     pub fn build(self) -> SimMachine {
         SimMachine::new(self)
@@ -365,6 +387,7 @@ struct State {
     pm: Option<PmTimer>,
     pit: Option<Pit8254>,
     rtc: Option<CmosRtc>,
+    lapic: Option<Lapic>,
 }
 
 impl State {
@@ -460,6 +483,10 @@ impl SimMachine {
             pm: config.pm_timer.clone().map(PmTimer::new),
             pit: config.pit.clone().map(Pit8254::new),
             rtc: config.rtc.clone().map(|r| CmosRtc::new(r, config.start_ns)),
+            lapic: config
+                .lapic
+                .clone()
+                .map(|l| Lapic::new(l, config.tsc_offsets.len())),
         };
         SimMachine {
             config,
@@ -776,6 +803,97 @@ impl SimMachine {
         with_device!(self, rtc, f)
     }
 
+    /// Runs `f` on the local APICs (`None` if not modelled).
+    pub fn with_lapic<R>(&self, f: impl FnOnce(&mut Lapic, &SimCtx<'_>) -> R) -> Option<R> {
+        with_device!(self, lapic, f)
+    }
+
+    /// When CPU `cpu`'s APIC timer fires, machine ns (`None`: disarmed or
+    /// no APIC).
+    pub fn lapic_next_fire_ns(&self, cpu: usize) -> Option<u64> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.lapic.as_ref().and_then(|l| l.next_fire_ns(&ctx, cpu))
+    }
+
+    /// CPU `cpu`'s APIC timer interrupt, if it has fired by now: its
+    /// vector (the timer is then disarmed). `None`: not yet, disarmed, or
+    /// masked.
+    pub fn lapic_take_interrupt(&self, cpu: usize) -> Option<u8> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.lapic.as_mut().and_then(|l| l.take_interrupt(&ctx, cpu))
+    }
+
+    /// When vCPU `cpu`'s Hyper-V STIMER0 fires, machine ns (`None`:
+    /// disabled, or no partition).
+    pub fn stimer_next_fire_ns(&self, cpu: usize) -> Option<u64> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.hyperv
+            .as_ref()
+            .and_then(|h| h.stimer_next_fire_ns(&ctx, cpu))
+    }
+
+    /// vCPU `cpu`'s STIMER0 interrupt (direct mode: its vector), if it has
+    /// fired by now.
+    pub fn stimer_take_interrupt(&self, cpu: usize) -> Option<u8> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.hyperv
+            .as_mut()
+            .and_then(|h| h.stimer_take_interrupt(&ctx, cpu))
+    }
+
+    /// When PIT channel 0's one-shot raises IRQ 0, machine ns (`None`:
+    /// none pending, or no PIT).
+    pub fn pit_ch0_next_fire_ns(&self) -> Option<u64> {
+        self.lock()
+            .pit
+            .as_ref()
+            .and_then(|p| p.channel0_next_fire_ns())
+    }
+
+    /// PIT channel 0's IRQ 0, if it has come by now (taken once).
+    pub fn pit_ch0_take_interrupt(&self) -> bool {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.pit
+            .as_mut()
+            .is_some_and(|p| p.channel0_take_interrupt(&ctx))
+    }
+
+    /// The xAPIC register page as the OS would map it (simulated).
+    pub fn lapic_region(&self) -> Option<MmioRegion> {
+        self.config
+            .lapic
+            .as_ref()
+            .map(|l| MmioRegion::simulated(l.base as usize, 4096))
+    }
+
+    /// When HPET timer `n` next matches, machine ns (`None`: disabled,
+    /// no HPET, or never).
+    pub fn hpet_next_fire_ns(&self, n: usize) -> Option<u64> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.hpet.as_ref().and_then(|h| h.next_fire_ns(&ctx, n))
+    }
+
+    /// HPET timer `n`'s interrupt, if it has matched by now: the GSI it is
+    /// routed to.
+    pub fn hpet_take_interrupt(&self, n: usize) -> Option<u32> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ctx = ctx!(self, st);
+        st.hpet.as_mut().and_then(|h| h.take_interrupt(&ctx, n))
+    }
+
     /// The HPET's register window as the OS would map it (simulated).
     pub fn hpet_region(&self) -> Option<MmioRegion> {
         self.config
@@ -852,6 +970,13 @@ impl SimMachine {
         }
         let ctx = ctx!(self, st);
         if let Some(r) = st
+            .lapic
+            .as_mut()
+            .and_then(|l| l.wrmsr(&ctx, msr.number(), value))
+        {
+            return r.unwrap_or_else(|()| gp());
+        }
+        if let Some(r) = st
             .kvm
             .as_mut()
             .and_then(|k| k.wrmsr(&ctx, msr.number(), value))
@@ -915,6 +1040,9 @@ impl SimMachine {
             _ => {}
         }
         let ctx = ctx!(self, st);
+        if let Some(v) = st.lapic.as_ref().and_then(|l| l.rdmsr(&ctx, msr.number())) {
+            return v;
+        }
         if let Some(v) = st.kvm.as_mut().and_then(|k| k.rdmsr(&ctx, msr.number())) {
             return v;
         }
@@ -1090,6 +1218,9 @@ impl SimMachine {
             return v;
         }
         let ctx = ctx!(self, st);
+        if let Some(v) = st.lapic.as_ref().and_then(|l| l.mmio_read(&ctx, addr)) {
+            return v;
+        }
         st.hpet
             .as_mut()
             .and_then(|h| h.mmio_read(&ctx, addr, size))
@@ -1108,6 +1239,13 @@ impl SimMachine {
             return;
         }
         let ctx = ctx!(self, st);
+        if st
+            .lapic
+            .as_mut()
+            .is_some_and(|l| l.mmio_write(&ctx, addr, value))
+        {
+            return;
+        }
         if let Some(h) = st.hpet.as_mut() {
             h.mmio_write(&ctx, addr, size, value);
         }

@@ -234,6 +234,9 @@ pub struct Pit8254 {
     refresh: bool,
     control_writes: [u64; 3],
     port_61_writes: u64,
+    /// Channel 0 in mode 0: the tick its count was written at, until its
+    /// IRQ 0 edge is taken (a control word for channel 0 clears it).
+    irq0_since: Option<u64>,
 }
 
 impl Pit8254 {
@@ -248,6 +251,7 @@ impl Pit8254 {
             refresh: false,
             control_writes: [0; 3],
             port_61_writes: 0,
+            irq0_since: None,
         }
     }
 
@@ -300,6 +304,33 @@ impl Pit8254 {
         self.port_61_writes
     }
 
+    /// When channel 0's mode-0 one-shot raises IRQ 0, machine ns: `N + 1`
+    /// input clocks after its count `N` was written (8254 mode 0). `None`
+    /// when none is pending (not mode 0, no count since the control word,
+    /// or already taken). Periodic modes are not modelled as interrupts.
+    pub fn channel0_next_fire_ns(&self) -> Option<u64> {
+        let since = self.irq0_since?;
+        let c = &self.channels[0];
+        if c.mode() != 0 || self.config.stuck.is_some() {
+            return None;
+        }
+        let tick = since + c.count as u64 + 1;
+        let (num, den) = self.config.rate;
+        let ns = (tick as u128 * den as u128 * 1_000_000_000).div_ceil(num as u128);
+        Some(ns.min(u64::MAX as u128) as u64)
+    }
+
+    /// Channel 0's IRQ 0 edge, if it has come by now (taken once).
+    pub fn channel0_take_interrupt(&mut self, ctx: &SimCtx<'_>) -> bool {
+        match self.channel0_next_fire_ns() {
+            Some(at) if ctx.now_ns >= at => {
+                self.irq0_since = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn latch(&mut self, ch: usize, tick: u64) {
         if self.config.ignores_latch {
             return;
@@ -340,6 +371,10 @@ impl Pit8254 {
             self.latch(sc, tick);
             return;
         }
+        if sc == 0 {
+            // OUT0 goes low: no edge until a new count is written.
+            self.irq0_since = None;
+        }
         let hardware = self.config.model == PitModel::Hardware;
         let c = &mut self.channels[sc];
         c.access = Access::from_bits(access);
@@ -374,6 +409,10 @@ impl Pit8254 {
         c.count = if count == 0 { 0x1_0000 } else { count };
         c.armed = true;
         c.restart(tick);
+        if ch == 0 && c.mode() == 0 {
+            self.irq0_since = Some(tick);
+        }
+        let c = &mut self.channels[ch];
         // On an 8254, modes 1 and 5 wait for a gate rising edge, and a low
         // gate holds the others; QEMU counts from the write regardless.
         if hardware && (matches!(c.mode(), 1 | 5) || !c.gate) {

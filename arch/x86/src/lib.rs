@@ -19,6 +19,7 @@ pub mod paging;
 pub mod paravirt;
 pub mod pit;
 mod sync;
+pub mod timer_regs;
 
 pub use hardware::{rdmsr_checked, CpuidResult, Hardware, MmioRegion, Msr, Seam};
 pub use memory::{OffsetMapping, PhysMemory, SliceMemory};

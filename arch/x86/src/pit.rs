@@ -6,7 +6,8 @@
 //! as a free-running 16-bit down-counter: mode 0, binary, initial count
 //! 65,536, gate high, speaker data off. It then reads it with a counter latch
 //! command and two byte reads. It never touches channel 0 (the OS's timer
-//! interrupt, IRQ 0) or channel 1.
+//! interrupt, IRQ 0) unless the OS hands it over with a [`Channel0Grant`]
+//! (a one-shot timer of last resort: [`program_channel0`]), nor channel 1.
 //!
 //! **The OS's obligations** once it lets clockhal use the PIT (by creating a
 //! [`Native`](crate::Native) and probing the PIT backend):
@@ -90,4 +91,85 @@ pub fn read_channel2(hw: &impl Hardware) -> u16 {
 /// Interrupt-safe: no (latch and two byte reads: not atomic).
 pub fn port_b(hw: &impl Hardware) -> u8 {
     hw.inb(PORT_B)
+}
+
+/// Channel 0 data port (the OS's timer, IRQ 0).
+pub const CHANNEL0_DATA: u16 = 0x40;
+
+/// Control word: channel 0 (bits 7:6 = 00), LSB then MSB (bits 5:4 = 11),
+/// mode 0 "interrupt on terminal count" (bits 3:1 = 000), binary: OUT0
+/// goes low, and rises (IRQ 0's edge) N + 1 input clocks after the count
+/// N is written.
+pub const CONTROL_CH0_MODE0: u8 = 0b0011_0000;
+
+/// The OS's statement that clockhal may program PIT channel 0 (its timer
+/// interrupt, IRQ 0): the only way to reach [`program_channel0`] and
+/// [`stop_channel0`]. Without one clockhal never touches channel 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Channel0Grant {
+    simulated: bool,
+}
+
+impl Channel0Grant {
+    /// Channel 0 handed to clockhal.
+    /// Interrupt-safe: yes.
+    ///
+    /// # Safety
+    /// For as long as any copy is used: the OS no longer uses PIT channel 0
+    /// (its timer interrupt comes from another device, or from this one
+    /// through clockhal), nothing else writes port 0x40 or channel-0
+    /// control words, and an IRQ 0 at any moment breaks none of the OS's
+    /// invariants.
+    pub const unsafe fn new() -> Channel0Grant {
+        Channel0Grant { simulated: false }
+    }
+
+    /// A grant only a simulated machine honours (real hardware,
+    /// [`Native`](crate::Native), drops the writes), so it is safe.
+    /// Interrupt-safe: yes.
+    pub const fn simulated() -> Channel0Grant {
+        Channel0Grant { simulated: true }
+    }
+
+    /// Whether it was made by [`Channel0Grant::simulated`].
+    /// Interrupt-safe: yes.
+    pub const fn is_simulated(&self) -> bool {
+        self.simulated
+    }
+}
+
+/// Starts a one-shot on channel 0: control word [`CONTROL_CH0_MODE0`],
+/// then `count` (1..=65,536; 65,536 is written as 0), LSB then MSB. IRQ 0
+/// rises `count + 1` input clocks later. A simulated grant on real
+/// hardware writes nothing.
+///
+/// Callers serialise this with other channel-0 writes (the LSB/MSB
+/// flip-flop is device state).
+/// Interrupt-safe: yes (three port writes; no lock).
+pub fn program_channel0(hw: &impl Hardware, grant: &Channel0Grant, count: u32) {
+    if grant.simulated && !hw.is_simulated() {
+        return;
+    }
+    let [lo, hi, ..] = (count.clamp(1, 0x1_0000) as u16 as u32).to_le_bytes();
+    // SAFETY: `Channel0Grant::new`'s contract: the OS gave channel 0 to
+    // clockhal; these writes program only channel 0 (a control word naming
+    // it, then its data port). The PIT has no memory access.
+    unsafe {
+        hw.outb(MODE_COMMAND, CONTROL_CH0_MODE0);
+        hw.outb(CHANNEL0_DATA, lo);
+        hw.outb(CHANNEL0_DATA, hi);
+    }
+}
+
+/// Stops a pending channel-0 one-shot on an 8254: a control word alone
+/// sets OUT0 low and the counter waits for a count. (QEMU's PIT keeps the
+/// old count running: an interrupt already programmed may still come.)
+/// Interrupt-safe: yes.
+pub fn stop_channel0(hw: &impl Hardware, grant: &Channel0Grant) {
+    if grant.simulated && !hw.is_simulated() {
+        return;
+    }
+    // SAFETY: as `program_channel0`: a channel-0 control word only.
+    unsafe { hw.outb(MODE_COMMAND, CONTROL_CH0_MODE0) }
 }

@@ -7,6 +7,8 @@ use clockhal_core::{ClockSource, Frequency, Policy, Quality, ReadCost, Stability
 use clockhal_x86::{cpuid, Hardware, MmioRegion};
 use core::fmt;
 
+pub mod comparator;
+
 /// Register offsets (IA-PC HPET 1.0a, section 2.3).
 mod reg {
     pub const CAPABILITIES: usize = 0x000;

@@ -7,6 +7,7 @@ mod error;
 mod msr;
 mod page;
 mod partition;
+pub mod stimer;
 mod sync;
 
 pub use error::{HypervError, PageError};

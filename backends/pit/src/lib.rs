@@ -8,6 +8,8 @@ use clockhal_x86::{cpuid, pit, Hardware};
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub mod channel0;
+
 /// The PIT's input clock: 14.31818 MHz / 12 = 105/88 MHz, exactly.
 pub const PIT_FREQUENCY: Frequency = match Frequency::from_ratio(105_000_000, 88) {
     Ok(f) => f,
