@@ -688,6 +688,13 @@ impl Timeline {
         self.state(pool).raise(hw, cpu, true, ns)
     }
 
+    /// CPU `cpu`'s last map for a source read on its own (no offset;
+    /// `epoch`: the source's, for [`LastMap::current`]).
+    /// Interrupt-safe: yes.
+    pub fn last_map(&self, pool: &SlotPool, cpu: usize, epoch: u32) -> Option<LastMap> {
+        self.state(pool).last_map(cpu, epoch, 0)
+    }
+
     /// The highest value returned (`None`: nothing yet).
     /// Interrupt-safe: yes.
     pub fn returned(&self, pool: &SlotPool) -> Option<u64> {

@@ -6,8 +6,8 @@ use crate::sync::{
 };
 use crate::{HypervMsrClock, PageError};
 use clockhal_core::{
-    ClampGranule, ClockSource, Frequency, LastMap, MapMiss, MapNow, Quality, ReadCost, SlotEntry,
-    Stability, Timeline, TscMap, TscSource, UpdateBounds, UpdateJudge,
+    ClampGranule, ClockSource, Frequency, LastMap, MapMiss, MapNow, Quality, ReadCost, Stability,
+    Timeline, TscMap, TscSource, UpdateBounds, UpdateJudge,
 };
 use clockhal_x86::paravirt::{
     hv_disable_reference_tsc, hv_scale_tsc, HvAttempt, HvReferenceTscPage, HvSample, PhysMapped,
@@ -234,18 +234,7 @@ impl<H: Hardware> HypervPageClock<H> {
     /// Interrupt-safe: yes (lock-free, bounded).
     pub fn page_map_after(&self, cpu: usize, returned: Option<u64>) -> Result<PageMap, PageError> {
         let epoch = self.epoch.load(Acquire);
-        let last = self
-            .timeline
-            .state(self.msr.hw.slot_pool())
-            .slots
-            .and_then(|s| s.cache(cpu))
-            .and_then(|s| s.load())
-            .map(|(_, e)| LastMap {
-                tag: e.tag,
-                map: e.map,
-                ordered: e.epoch & SlotEntry::ORDERED != 0,
-                current: e.epoch & !SlotEntry::ORDERED == epoch,
-            });
+        let last = self.timeline.last_map(self.msr.hw.slot_pool(), cpu, epoch);
         self.sample_map(last, returned).map(|m| PageMap {
             sequence: m.tag,
             map: m.map,

@@ -4,7 +4,7 @@ use crate::registry::{Registry, MAX_CPUS};
 use crate::{area::Sample, KvmclockError, WallClock};
 use clockhal_core::{
     ClampGranule, ClockSource, Frequency, LastMap, MapMiss, MapNow, Policy, Quality, ReadCost,
-    SlotEntry, Stability, Timeline, TscMap, TscSource, UpdateBounds, UpdateFault, UpdateJudge,
+    Stability, Timeline, TscMap, TscSource, UpdateBounds, UpdateFault, UpdateJudge,
 };
 use clockhal_x86::cpuid::{self, KvmFeatures};
 use clockhal_x86::paravirt::{
@@ -397,20 +397,7 @@ impl<H: Hardware> Kvmclock<H> {
     /// Interrupt-safe: yes (lock-free, bounded).
     pub fn area_map_after(&self, cpu: usize, returned: Option<u64>) -> Result<AreaMap, ReadMiss> {
         let epoch = self.epoch.load(Acquire);
-        let last = self
-            .timeline
-            .state(self.hw.slot_pool())
-            .slots
-            .and_then(|s| s.cache(cpu))
-            .and_then(|s| s.load())
-            .and_then(|(_, e)| {
-                (e.epoch != 0).then_some(LastMap {
-                    tag: e.tag,
-                    map: e.map,
-                    ordered: e.epoch & SlotEntry::ORDERED != 0,
-                    current: e.epoch & !SlotEntry::ORDERED == epoch,
-                })
-            });
+        let last = self.timeline.last_map(self.hw.slot_pool(), cpu, epoch);
         self.sample_map(cpu, last, returned).map(|m| AreaMap {
             version: m.tag,
             map: m.map,
