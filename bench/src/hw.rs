@@ -77,7 +77,11 @@ impl UserHw {
     /// it (the migration re-check). Every thread is "CPU 0": read it from
     /// the bench's pinned main thread only (per-CPU state is updated
     /// without locks).
+    /// Interrupt-safe: no (allocates the lease and the slot pool).
     pub fn smp(persona: Persona) -> UserHw {
+        // A store LLVM cannot see past: without one, the never-written
+        // thread-local folds to the constant 0 (no load at all).
+        CPU.with(|c| c.set(std::hint::black_box(0)));
         UserHw {
             native: Native::hosted().with_cpu_index(cpu_zero),
             ..UserHw::new(persona)
@@ -245,10 +249,12 @@ impl<const RDTSCP: bool> Hardware for UserHw<RDTSCP> {
 /// per-CPU index costs in user space. Not inlined: `with_cpu_index` takes
 /// a function pointer, and the read calls it through the pointer.
 fn cpu_zero() -> usize {
-    std::thread_local! {
-        static CPU: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
     CPU.with(std::cell::Cell::get)
+}
+
+std::thread_local! {
+    /// [`cpu_zero`]'s index (set by [`UserHw::smp`] on the reading thread).
+    static CPU: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// This thread's index, `0..` in the order threads first ask (the bench's

@@ -25,8 +25,8 @@
 //! - **the floor**: the largest value this CPU returned, raised with
 //!   clockhal's own unlocked `cmpxchg` ([`cpu_local_max`]): an interrupt on
 //!   this CPU cannot split it, so a raise an interrupt handler made between
-//!   its load and the `cmpxchg` is never lost (the plain-store floor loses
-//!   it: see `shared/reference/lean-read`);
+//!   its load and the `cmpxchg` is never lost (a plain load-and-store
+//!   floor loses it, and is no faster: issue 27);
 //! - with `TOKEN`, **the source's token** on a second cache line
 //!   ([`TokenLine`], written by the "host", as kvmclock's version and the
 //!   Hyper-V sequence are), loaded after the TSC read and compared with
@@ -108,6 +108,7 @@ pub struct LeanClock {
 impl LeanClock {
     /// A clock of a TSC of `hz` Hz whose timeline starts (ns 0) at TSC
     /// `tsc0`. `None` for a rate of 0.
+    /// Interrupt-safe: yes (no lock, no allocation; the caller boxes it).
     pub fn new(hz: u64, tsc0: u64) -> Option<LeanClock> {
         let f = Frequency::from_hz(hz).ok()?;
         let window = (hz as u128 * WINDOW_NS as u128 / 1_000_000_000) as u64;
@@ -132,6 +133,8 @@ impl LeanClock {
 
     /// One checked read at the TSC `tsc()` returns: the seqlocked line,
     /// the window, with `TOKEN` the token line, the floor.
+    /// Interrupt-safe: yes (a writer in the slow path that finds another
+    /// in gives up; the floor is `cpu_local_max`).
     #[inline(always)]
     pub fn read<const TOKEN: bool>(&self, tsc: impl FnOnce() -> u64) -> u64 {
         let l = &self.line;
@@ -156,6 +159,7 @@ impl LeanClock {
     }
 
     /// [`read`](Self::read) with `rdtscp`: what the rows time.
+    /// Interrupt-safe: yes (as `read`).
     #[inline(always)]
     pub fn now<const TOKEN: bool>(&self) -> u64 {
         self.read::<TOKEN>(|| TscRead::Rdtscp.read())
@@ -202,17 +206,20 @@ impl LeanClock {
     /// The host rewrites its parameters: the token goes odd, then to the
     /// next even value (the parameters themselves stay: the bench's host
     /// serves one rate).
+    /// Interrupt-safe: yes (two atomic increments).
     pub fn host_update(&self) {
         self.token.version.fetch_add(1, Release);
         self.token.version.fetch_add(1, Release);
     }
 
     /// Slow-path reads so far.
+    /// Interrupt-safe: yes.
     pub fn slow_reads(&self) -> u64 {
         self.slow.load(Relaxed)
     }
 
     /// The window in ticks.
+    /// Interrupt-safe: yes.
     pub fn window_ticks(&self) -> u64 {
         self.window
     }

@@ -66,6 +66,10 @@ pub const STAMP: &str = "clockhal::Clock::stamp() (unordered, for tracing)";
 /// `Clock::now()` built by `clockhal::probe()` on the TSC for an SMP
 /// kernel: the CPU index given by `Native::with_cpu_index`.
 pub const FACADE_SMP: &str = "clockhal::Clock::now() via probe (tsc, SMP: with_cpu_index)";
+/// The same on kvmclock (stable page): the per-CPU pvclock area makes the
+/// read call the CPU-index function again after the TSC read.
+pub const FACADE_KVM_SMP: &str =
+    "clockhal::Clock::now() via probe (kvmclock, stable page, SMP: with_cpu_index)";
 /// Hosted `Clock::now()` on the TSC (the CPU index is a thread-local).
 pub const HOSTED: &str = "clockhal::Clock::now() (hosted, tsc)";
 /// The least a checked read costs ([`crate::lean`]): the seqlocked
@@ -80,8 +84,21 @@ pub const SLOT_ONLY: &str = "diag: MapSlot::read_raised alone (clockhal's line, 
 /// The clockhal fast paths whose instructions per read have a budget
 /// (`bench/instruction-budgets.json`).
 pub const BUDGETED: &[&str] = &[
-    FACADE_TSC, FACADE_KVM, FACADE_HV, FACADE_SMP, HOSTED, TSC, KVM_STABLE, KVM_CLAMP, KVM_COARSE,
-    HV, USER, STAMP, LEAN, LEAN_TOKEN,
+    FACADE_TSC,
+    FACADE_KVM,
+    FACADE_HV,
+    FACADE_SMP,
+    FACADE_KVM_SMP,
+    HOSTED,
+    TSC,
+    KVM_STABLE,
+    KVM_CLAMP,
+    KVM_COARSE,
+    HV,
+    USER,
+    STAMP,
+    LEAN,
+    LEAN_TOKEN,
 ];
 
 /// Why the contended rows have no instruction count.
@@ -212,6 +229,9 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
     });
     r.add(FACADE_SMP, COUNTED, || {
         facade_row(FACADE_SMP, Facade::TscSmp, tsc_hz)
+    });
+    r.add(FACADE_KVM_SMP, COUNTED, || {
+        facade_row(FACADE_KVM_SMP, Facade::KvmclockSmp, tsc_hz)
     });
     r.add(HOSTED, COUNTED, || hosted_row(HOSTED, tsc_hz, mode));
     r.add(KVM_STABLE, COUNTED, || {
@@ -415,6 +435,8 @@ pub enum Facade {
     /// `Native::with_cpu_index` (one thread-local load, called before the
     /// TSC read and again after it).
     TscSmp,
+    /// kvmclock as [`Facade::Kvmclock`] for an SMP kernel ([`UserHw::smp`]).
+    KvmclockSmp,
     /// kvmclock on one area with the stable bit (CPUID grants it).
     Kvmclock,
     /// The Hyper-V reference TSC page (the partition offers only it).
@@ -443,8 +465,12 @@ pub fn facade_clock(which: Facade, tsc_hz: u64) -> Result<clockhal::Clock<UserHw
             let platform = Platform::new().tsc_rate(rate).policy(policy);
             (UserHw::smp(Persona::BareMetal), platform, SourceId::Tsc)
         }
-        Facade::Kvmclock => {
-            let hw = UserHw::one_cpu(Persona::Kvm);
+        Facade::Kvmclock | Facade::KvmclockSmp => {
+            let hw = if which == Facade::KvmclockSmp {
+                UserHw::smp(Persona::Kvm)
+            } else {
+                UserHw::one_cpu(Persona::Kvm)
+            };
             let (mul, shift) = pvclock_time_scale(tsc_hz).ok_or("TSC rate out of range")?;
             let areas = memory.alloc_pvclock_areas(1);
             let area = areas.element(0).ok_or("no area")?.get();
