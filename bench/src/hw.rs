@@ -70,6 +70,24 @@ impl UserHw {
         }
     }
 
+    /// The same for an SMP kernel whose CPU index is one load
+    /// (`Native::with_cpu_index` with a function returning a
+    /// const-initialised thread-local, as a kernel's `gs:`-relative
+    /// per-CPU field): a read calls it before the TSC read and again after
+    /// it (the migration re-check). Every thread is "CPU 0": read it from
+    /// the bench's pinned main thread only (per-CPU state is updated
+    /// without locks).
+    /// Interrupt-safe: no (allocates the lease and the slot pool).
+    pub fn smp(persona: Persona) -> UserHw {
+        // A store LLVM cannot see past: without one, the never-written
+        // thread-local folds to the constant 0 (no load at all).
+        CPU.with(|c| c.set(std::hint::black_box(0)));
+        UserHw {
+            native: Native::hosted().with_cpu_index(cpu_zero),
+            ..UserHw::new(persona)
+        }
+    }
+
     /// The same for a one-CPU kernel (`Native::new().single_cpu()`): the
     /// per-CPU floor is raised with an unlocked, interrupt-safe `cmpxchg`.
     /// Read it from one thread only (the bench's pinned main thread).
@@ -224,6 +242,19 @@ impl<const RDTSCP: bool> Hardware for UserHw<RDTSCP> {
     fn is_simulated(&self) -> bool {
         true
     }
+}
+
+/// The [`UserHw::smp`] CPU index: one load of a const-initialised
+/// thread-local (0 on every thread), what a kernel's `gs:`-relative
+/// per-CPU index costs in user space. Not inlined: `with_cpu_index` takes
+/// a function pointer, and the read calls it through the pointer.
+fn cpu_zero() -> usize {
+    CPU.with(std::cell::Cell::get)
+}
+
+std::thread_local! {
+    /// [`cpu_zero`]'s index (set by [`UserHw::smp`] on the reading thread).
+    static CPU: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// This thread's index, `0..` in the order threads first ask (the bench's

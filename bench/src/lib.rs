@@ -13,6 +13,7 @@
 //!   against CLOCK_MONOTONIC_RAW.
 //! - [`hw`]: the user-space stand-in for a hypervisor the rows probe on.
 //! - [`rows`]: every measured operation.
+//! - [`lean`]: the least a checked read costs (issue 27's reference rows).
 //! - [`measure`]: batched timing and the median/min/max statistics.
 //! - [`count`]: instructions per read, counted by valgrind's callgrind.
 //! - [`budget`]: the instruction budgets and their check.
@@ -22,6 +23,7 @@ pub mod budget;
 pub mod count;
 pub mod host;
 pub mod hw;
+pub mod lean;
 pub mod measure;
 pub mod report;
 pub mod rows;

@@ -15,12 +15,15 @@ use crate::host;
 use crate::hw::{Persona, UserHw};
 use crate::measure::Row;
 use clockhal::{Platform, SourceId};
-use clockhal_core::{ClampGranule, ClockSource, Frequency, Migration, Policy, Scale, TscMap};
+use clockhal_core::{
+    ClampGranule, ClockSource, Frequency, MapSlot, Migration, Policy, Scale, SlotEntry, TscMap,
+};
 use clockhal_hyperv::{Hyperv, HypervConfig};
 use clockhal_kvmclock::{read_area, Kvmclock, KvmclockConfig};
 use clockhal_linux::LivePvclock;
 use clockhal_sim::SharedMemory;
 use clockhal_tsc::{RateProvenance, SyncStatus, Tsc, TscOptions};
+use clockhal_user::TscRead;
 use clockhal_x86::paravirt::{
     hv_next_sequence, hv_reference_scale, pvclock_time_scale, PVCLOCK_TSC_STABLE_BIT,
 };
@@ -60,10 +63,42 @@ pub const HV: &str = "clockhal Hyper-V page -> ns";
 /// `Clock::stamp()`: the unordered TSC stamp for tracing.
 pub const STAMP: &str = "clockhal::Clock::stamp() (unordered, for tracing)";
 
+/// `Clock::now()` built by `clockhal::probe()` on the TSC for an SMP
+/// kernel: the CPU index given by `Native::with_cpu_index`.
+pub const FACADE_SMP: &str = "clockhal::Clock::now() via probe (tsc, SMP: with_cpu_index)";
+/// The same on kvmclock (stable page): the per-CPU pvclock area makes the
+/// read call the CPU-index function again after the TSC read.
+pub const FACADE_KVM_SMP: &str =
+    "clockhal::Clock::now() via probe (kvmclock, stable page, SMP: with_cpu_index)";
+/// Hosted `Clock::now()` on the TSC (the CPU index is a thread-local).
+pub const HOSTED: &str = "clockhal::Clock::now() (hosted, tsc)";
+/// The least a checked read costs ([`crate::lean`]): the seqlocked
+/// per-CPU line, the window, the unlocked-`cmpxchg` floor.
+pub const LEAN: &str = "diag: least checked read";
+/// The same with the source's token on a second, host-written line.
+pub const LEAN_TOKEN: &str = "diag: least checked read + token line";
+/// The least read on clockhal's own per-CPU line (`MapSlot::read_raised`:
+/// epoch, 64.64 map), without the facade around it.
+pub const SLOT_ONLY: &str = "diag: MapSlot::read_raised alone (clockhal's line, rdtscp)";
+
 /// The clockhal fast paths whose instructions per read have a budget
 /// (`bench/instruction-budgets.json`).
 pub const BUDGETED: &[&str] = &[
-    FACADE_TSC, FACADE_KVM, FACADE_HV, TSC, KVM_STABLE, KVM_CLAMP, KVM_COARSE, HV, USER, STAMP,
+    FACADE_TSC,
+    FACADE_KVM,
+    FACADE_HV,
+    FACADE_SMP,
+    FACADE_KVM_SMP,
+    HOSTED,
+    TSC,
+    KVM_STABLE,
+    KVM_CLAMP,
+    KVM_COARSE,
+    HV,
+    USER,
+    STAMP,
+    LEAN,
+    LEAN_TOKEN,
 ];
 
 /// Why the contended rows have no instruction count.
@@ -192,8 +227,13 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
             .ok_or("no stamp converter on the TSC")?;
         Ok(Row::new(STAMP, move || clock.stamp()))
     });
-    const HOSTED: &str = "clockhal::Clock::now() (hosted, tsc)";
-    r.add(HOSTED, Err(NO_VDSO), || hosted_row(HOSTED, tsc_hz));
+    r.add(FACADE_SMP, COUNTED, || {
+        facade_row(FACADE_SMP, Facade::TscSmp, tsc_hz)
+    });
+    r.add(FACADE_KVM_SMP, COUNTED, || {
+        facade_row(FACADE_KVM_SMP, Facade::KvmclockSmp, tsc_hz)
+    });
+    r.add(HOSTED, COUNTED, || hosted_row(HOSTED, tsc_hz, mode));
     r.add(KVM_STABLE, COUNTED, || {
         kvmclock_row(
             KVM_STABLE,
@@ -316,6 +356,11 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
             cpu_local_max(floor, map.apply(hw.rdtsc_ordered()))
         }))
     });
+    // The least a checked read costs (issue 27's references): see
+    // `crate::lean`. Each row has a clock of its own.
+    r.add(LEAN, COUNTED, || lean_row::<false>(LEAN, tsc_hz));
+    r.add(LEAN_TOKEN, COUNTED, || lean_row::<true>(LEAN_TOKEN, tsc_hz));
+    r.add(SLOT_ONLY, COUNTED, || slot_row(SLOT_ONLY, tsc_hz));
     // Without a CPU index (hosted threads that migrate) the per-CPU floor
     // is shared and raised with a locked instruction.
     const D_TSC_SHARED: &str = "diag: clockhal TSC -> ns, no CPU index (locked floor)";
@@ -352,9 +397,25 @@ fn tsc_row<H: Hardware + 'static>(name: &str, hw: H, tsc_hz: u64) -> Result<Row,
 
 /// The facade's hosted clock on the TSC, rate given the way hosted mode
 /// takes it from the live pvclock page.
-fn hosted_row(name: &str, tsc_hz: u64) -> Result<Row, String> {
+///
+/// Counted (`Mode::Count`, under valgrind) on a clock probed with the same
+/// [`HostedHw`](clockhal::hosted::HostedHw) and the TSC forced, but without
+/// hosted mode's `CLOCK_MONOTONIC_RAW` candidate and watchdog reference:
+/// hosted mode's probe reads that clock through rustix's vDSO lookup,
+/// which faults under valgrind (rustix issue 1559). The read is the same
+/// function (`Clock<HostedHw>::now`, this row's closure) on the same
+/// selected source; `bench/trace-read.py` traces the timed clock for
+/// comparison.
+fn hosted_row(name: &str, tsc_hz: u64, mode: Mode) -> Result<Row, String> {
     let rate = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
-    let probed = clockhal::hosted::probe_with_rate(&Policy::new(), Some(rate));
+    let probed = match mode {
+        Mode::Timing => clockhal::hosted::probe_with_rate(&Policy::new(), Some(rate)),
+        Mode::Count => {
+            let policy = Policy::new().force("tsc");
+            let platform = Platform::new().tsc_rate(rate).policy(policy);
+            clockhal::probe(clockhal::hosted::HostedHw::new(), platform)
+        }
+    };
     let clock = probed.into_clock().map_err(|e| e.to_string())?;
     let clock: &'static clockhal::Clock<_> = Box::leak(Box::new(clock));
     if clock.source_name() != "tsc" {
@@ -370,6 +431,12 @@ pub enum Facade {
     /// forced (`Policy::force("tsc")`: selected whatever CPUID says, also
     /// under valgrind's synthetic CPUID, and never switched away from).
     Tsc,
+    /// The same for an SMP kernel: [`UserHw::smp`], the CPU index given by
+    /// `Native::with_cpu_index` (one thread-local load, called before the
+    /// TSC read and again after it).
+    TscSmp,
+    /// kvmclock as [`Facade::Kvmclock`] for an SMP kernel ([`UserHw::smp`]).
+    KvmclockSmp,
     /// kvmclock on one area with the stable bit (CPUID grants it).
     Kvmclock,
     /// The Hyper-V reference TSC page (the partition offers only it).
@@ -392,8 +459,18 @@ pub fn facade_clock(which: Facade, tsc_hz: u64) -> Result<clockhal::Clock<UserHw
             let platform = Platform::new().tsc_rate(rate).policy(policy);
             (UserHw::one_cpu(Persona::BareMetal), platform, SourceId::Tsc)
         }
-        Facade::Kvmclock => {
-            let hw = UserHw::one_cpu(Persona::Kvm);
+        Facade::TscSmp => {
+            let rate = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
+            let policy = Policy::new().migration(Migration::WillNot).force("tsc");
+            let platform = Platform::new().tsc_rate(rate).policy(policy);
+            (UserHw::smp(Persona::BareMetal), platform, SourceId::Tsc)
+        }
+        Facade::Kvmclock | Facade::KvmclockSmp => {
+            let hw = if which == Facade::KvmclockSmp {
+                UserHw::smp(Persona::Kvm)
+            } else {
+                UserHw::one_cpu(Persona::Kvm)
+            };
             let (mul, shift) = pvclock_time_scale(tsc_hz).ok_or("TSC rate out of range")?;
             let areas = memory.alloc_pvclock_areas(1);
             let area = areas.element(0).ok_or("no area")?.get();
@@ -442,6 +519,66 @@ fn facade_row(name: &str, which: Facade, tsc_hz: u64) -> Result<Row, String> {
     Ok(Row::new(name, move || clock.now()))
 }
 
+/// A [`crate::lean::LeanClock`] row (`TOKEN`: with the token line), read
+/// with `rdtscp`; none on a CPU without RDTSCP.
+fn lean_row<const TOKEN: bool>(name: &str, tsc_hz: u64) -> Result<Row, String> {
+    if TscRead::detect() != TscRead::Rdtscp {
+        return Err("no RDTSCP".into());
+    }
+    let clock = crate::lean::LeanClock::new(tsc_hz, TscRead::Rdtscp.read())
+        .ok_or("TSC rate out of range")?;
+    let clock: &'static crate::lean::LeanClock = Box::leak(Box::new(clock));
+    let first = clock.now::<TOKEN>();
+    if clock.now::<TOKEN>() < first {
+        return Err("the clock went backwards".into());
+    }
+    Ok(Row::new(name, move || clock.now::<TOKEN>()))
+}
+
+/// clockhal's per-CPU line on its own: [`MapSlot::read_raised`] with an
+/// epoch, a constant token, `rdtscp`, and `cpu_local_max`; the slow path
+/// (cold) stores a 1 s entry of the map at the TSC read. What the slot's
+/// format (64.64 map, epoch, window) costs next to [`crate::lean`]'s,
+/// without the facade's lookup, state and dispatch.
+fn slot_row(name: &str, tsc_hz: u64) -> Result<Row, String> {
+    if TscRead::detect() != TscRead::Rdtscp {
+        return Err("no RDTSCP".into());
+    }
+    const EPOCH: u32 = 2;
+    const TAG: u32 = 2;
+    let f = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
+    let map = TscMap::through(&Scale::new(f), TscRead::Rdtscp.read(), 0);
+    let slot: &'static MapSlot = Box::leak(Box::new(MapSlot::new()));
+    #[cold]
+    #[inline(never)]
+    fn slow(slot: &MapSlot, map: &TscMap, t: u64) -> u64 {
+        let ns = map.apply(t);
+        let limit = ns.saturating_add(clockhal_core::REVALIDATE_NS);
+        slot.store(&SlotEntry {
+            tag: TAG,
+            epoch: EPOCH | SlotEntry::ORDERED,
+            map: *map,
+            tsc: t,
+            limit,
+        });
+        cpu_local_max(slot.floor(), ns)
+    }
+    Ok(Row::new(name, move || {
+        let mut t = 0;
+        slot.read_raised(
+            EPOCH,
+            || Some(TAG),
+            || {
+                t = TscRead::Rdtscp.read();
+                t
+            },
+            |v| v,
+            cpu_local_max,
+        )
+        .unwrap_or_else(|| slow(slot, &map, t))
+    }))
+}
+
 /// What a user program pays per clock read through the OS's clock page
 /// (`clockhal-user`) on a TSC-based state: a [`ClockReader`] over a page in
 /// TSC mode at the real rate, read with the page's TSC method (`rdtscp`
@@ -450,8 +587,8 @@ fn facade_row(name: &str, which: Facade, tsc_hz: u64) -> Result<Row, String> {
 /// [`ClockReader`]: clockhal_user::ClockReader
 fn user_page_row(name: &str, tsc_hz: u64) -> Result<Row, String> {
     use clockhal_user::{
-        tsc_mul, ClockPage, ClockPageWriter, ClockReader, PageSource, Publication, TscRead,
-        UserClock, WindowLayout,
+        tsc_mul, ClockPage, ClockPageWriter, ClockReader, PageSource, Publication, UserClock,
+        WindowLayout,
     };
     let page: &'static ClockPage = Box::leak(Box::new(ClockPage::new()));
     let tsc = TscRead::detect();
