@@ -567,7 +567,7 @@ fn slot_row(name: &str, tsc_hz: u64) -> Result<Row, String> {
         let mut t = 0;
         slot.read_raised(
             EPOCH,
-            || Some(TAG),
+            |_| Some(TAG),
             || {
                 t = TscRead::Rdtscp.read();
                 t

@@ -266,7 +266,8 @@ impl MapSlot {
     /// The cached half of every TSC-based source's read path (see
     /// [`read_raised`](Self::read_raised) for the whole): this slot's map,
     /// if it is of `epoch`, its tag equals the source's current token
-    /// (`tag()`, e.g. the pvclock version, read once *after* the TSC) and
+    /// (`tag(ordered)`, e.g. the pvclock version, read once *after* the
+    /// TSC; `ordered`: the entry carries [`SlotEntry::ORDERED`]) and
     /// the reading is within the entry's limit. `None` sends the caller to
     /// its slow path (a CPU without a slot of its own never gets here:
     /// [`PerCpuSlots::cache`]). No write, no shared line: one cache line of
@@ -288,7 +289,7 @@ impl MapSlot {
     pub fn read_cached(
         &self,
         epoch: u32,
-        tag: impl FnOnce() -> Option<u32>,
+        tag: impl FnOnce(bool) -> Option<u32>,
         tsc: impl FnOnce() -> u64,
     ) -> Option<CachedRead> {
         let seq = self.begin()?;
@@ -297,9 +298,10 @@ impl MapSlot {
         // Checks first, map after: fewer values live at once (no spills on
         // the multiply's path); all loads still precede the re-check.
         let e_epoch = self.epoch.load(r);
+        let ordered = e_epoch & SlotEntry::ORDERED != 0;
         if e_epoch & !SlotEntry::ORDERED != epoch
             || t.wrapping_sub(self.tsc0.load(r)) > self.span.load(r)
-            || tag()? != self.tag.load(r)
+            || tag(ordered)? != self.tag.load(r)
         {
             return None;
         }
@@ -311,10 +313,7 @@ impl MapSlot {
             return None;
         }
         let ns = map.apply(t);
-        Some(CachedRead {
-            ns,
-            ordered: e_epoch & SlotEntry::ORDERED != 0,
-        })
+        Some(CachedRead { ns, ordered })
     }
 
     /// The whole fast read on this slot, the CPU's own:
@@ -328,7 +327,7 @@ impl MapSlot {
     pub fn read_raised(
         &self,
         epoch: u32,
-        tag: impl FnOnce() -> Option<u32>,
+        tag: impl FnOnce(bool) -> Option<u32>,
         tsc: impl FnOnce() -> u64,
         unordered: impl FnOnce(u64) -> u64,
         local: impl FnOnce(&AtomicU64, u64) -> u64,
@@ -404,7 +403,7 @@ impl PerCpuSlots {
         &self,
         cpu: usize,
         epoch: u32,
-        tag: impl FnOnce() -> Option<u32>,
+        tag: impl FnOnce(bool) -> Option<u32>,
         tsc: impl FnOnce() -> u64,
         unordered: impl FnOnce(u64) -> u64,
         local: impl FnOnce(&AtomicU64, u64) -> u64,
@@ -632,7 +631,7 @@ mod tests {
         assert!(slots.get(last).0.store(&entry(8, 0)));
         assert!(slots.cache(last).is_none() && slots.cache(0).is_some());
         for cpu in [last, last + 1] {
-            let read = slots.read_raised(cpu, 1, || Some(8), || 5, |v| v, |_, v| v);
+            let read = slots.read_raised(cpu, 1, |_| Some(8), || 5, |v| v, |_, v| v);
             assert!(read.is_none(), "cpu {cpu}");
         }
         slots.get(3).0.floor().store(99, Ordering::Relaxed);

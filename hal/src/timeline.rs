@@ -88,7 +88,10 @@ pub trait TscSource {
     /// Its map is per CPU (a per-vCPU pvclock area): a read that migrated
     /// between taking the CPU index and its TSC read would pair one CPU's
     /// TSC with another's map, so the loop checks the index again after
-    /// the TSC read. A source with one map for every CPU (the Hyper-V page,
+    /// the TSC read, unless the cached map is one the source orders across
+    /// CPUs ([`MapNow::ordered`]: kvmclock's trusted stable bit, where KVM's
+    /// master clock writes the same parameters into every area and
+    /// `check_stable_agreement` withdraws the promise where they differ). A source with one map for every CPU (the Hyper-V page,
     /// the TSC) needs no check: its floors are raised with a CPU-local max
     /// that is atomic across CPUs too, and a reading it orders across CPUs
     /// stays above another CPU's floor (an unordered one goes through the
@@ -400,7 +403,7 @@ impl ReadState<'_> {
         hw: M,
         cpu: usize,
         epoch: u32,
-        token: impl FnOnce() -> Option<u32>,
+        token: impl FnOnce(bool) -> Option<u32>,
         t: u64,
     ) -> Option<u64> {
         let slot = self.slots?.cache(cpu)?;
@@ -558,8 +561,13 @@ impl ReadState<'_> {
             return self.read_slow(hw, src, owner, epoch, cpu);
         };
         let t = hw.rdtsc_ordered();
-        let token = || {
-            if owner.current(epoch) && (!S::PER_CPU_MAP || fixed || hw.cpu_index() == cpu) {
+        // The CPU re-check only where a migrated read could pair one CPU's
+        // TSC with another's map: a per-CPU map that the source does not
+        // order across CPUs (an ordered entry's map is every CPU's).
+        let token = |ordered: bool| {
+            if owner.current(epoch)
+                && (!S::PER_CPU_MAP || ordered || fixed || hw.cpu_index() == cpu)
+            {
                 load()
             } else {
                 None

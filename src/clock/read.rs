@@ -96,9 +96,12 @@ impl<H: Hardware + Clone> Clock<H> {
         // After the TSC read: that no switch began, that the reader still
         // runs on `cpu` (a kernel that migrates threads mid-read gets a
         // retry), and the source's token.
-        let token = || {
+        // The CPU re-check only for a per-CPU map the source does not order
+        // across CPUs (an ordered entry's map is every CPU's: a read that
+        // migrated pairs its TSC with an equal map).
+        let token = |ordered: bool| {
             if self.state.load(Relaxed) == st
-                && (!M::PER_CPU_MAP || fixed || self.hw.cpu_index() == cpu)
+                && (!M::PER_CPU_MAP || ordered || fixed || self.hw.cpu_index() == cpu)
             {
                 m.token(cpu)
             } else {
