@@ -359,6 +359,18 @@ impl ReadState<'_> {
             .max(self.clamp.last())
     }
 
+    /// The highest value returned through this state, in the nanoseconds
+    /// of a source whose `offset` the owner adds (owner ns = source ns +
+    /// offset); `None` before anything was returned, or when it would lie
+    /// before the source's start (not a value it gave).
+    /// Interrupt-safe: yes.
+    #[inline]
+    pub fn returned_by(self, offset: u64) -> Option<u64> {
+        let high = self.high_water();
+        let v = high.wrapping_sub(offset);
+        (high != 0 && v <= BEFORE_ZERO).then_some(v)
+    }
+
     /// Raises `ns` to the floors that apply: this CPU's always, and the
     /// global clamp for a reading the source does not order across CPUs
     /// (or when there are no per-CPU floors).
@@ -435,11 +447,7 @@ impl ReadState<'_> {
             return self.hold(hw, cpu);
         }
         let offset = owner.offset(epoch);
-        let returned = {
-            let high = self.high_water();
-            let v = high.wrapping_sub(offset);
-            (high != 0 && v <= BEFORE_ZERO).then_some(v)
-        };
+        let returned = self.returned_by(offset);
         let mut cpu = cpu;
         let mut sampled = Err(MapMiss::Busy);
         // A migration mid-sample is retried on the new CPU, a few times.
@@ -654,23 +662,6 @@ impl Timeline {
         self.state(pool).read(hw, src, Standalone(src))
     }
 
-    /// A device reading `ns` (a global counter) on this timeline: through
-    /// the clamp and this CPU's floor.
-    /// Interrupt-safe: yes (NMI too).
-    #[inline]
-    pub fn raise_device<M: ReadHw + Copy>(&self, pool: &SlotPool, hw: M, ns: u64) -> u64 {
-        self.state(pool).raise(hw, hw.cpu_index(), false, ns)
-    }
-
-    /// A reading `ns` of one machine-wide counter, through the clamp alone
-    /// (no per-CPU state: every CPU reads the same counter, so the clamp's
-    /// order is the whole guarantee). Claims nothing.
-    /// Interrupt-safe: yes (NMI too).
-    #[inline]
-    pub fn raise_global(&self, ns: u64) -> u64 {
-        self.clamp.clamp(ns)
-    }
-
     /// `read()` (of a counter of this CPU's own, such as its TSC) through
     /// this CPU's floor: the slot is found before `read` runs, so nothing
     /// is recomputed after it. Without per-CPU memory, through the clamp.
@@ -687,15 +678,6 @@ impl Timeline {
         PerCpuSlots::raise_in(slot, own, v, |cell, v| hw.fetch_max_local(cell, v))
     }
 
-    /// A reading `ns` this CPU took of a counter that is ordered across
-    /// CPUs (or of this CPU's own): through this CPU's floor only.
-    /// Interrupt-safe: yes (NMI too).
-    #[inline(always)]
-    pub fn raise_local<M: ReadHw + Copy>(&self, pool: &SlotPool, hw: M, ns: u64) -> u64 {
-        let cpu = hw.cpu_index();
-        self.state(pool).raise(hw, cpu, true, ns)
-    }
-
     /// CPU `cpu`'s last map for a source read on its own (no offset;
     /// `epoch`: the source's, for [`LastMap::current`]).
     /// Interrupt-safe: yes.
@@ -707,12 +689,6 @@ impl Timeline {
     /// Interrupt-safe: yes.
     pub fn returned(&self, pool: &SlotPool) -> Option<u64> {
         Some(self.state(pool).high_water()).filter(|v| *v != 0)
-    }
-
-    /// The clamp.
-    /// Interrupt-safe: yes.
-    pub fn clamp(&self) -> &MonotonicClamp {
-        &self.clamp
     }
 
     /// Readings leave the source's cross-CPU order for the clamp's.

@@ -173,6 +173,9 @@ pub struct Clock<H: Hardware + Clone> {
     pub(crate) tsc_scale: spin::Once<Scale>,
     /// Per source: orders its readings across CPUs itself.
     pub(crate) ordered: [bool; MAX_CANDIDATES],
+    /// Per source: read through a TSC map (`Backends::tsc_source`), fixed
+    /// at build so a read does not look it up.
+    pub(crate) mapped: [bool; MAX_CANDIDATES],
     /// The clock's per-CPU slots in the machine's pool.
     pub(crate) slot_set: SlotSet,
     pub(crate) clamp: MonotonicClamp,
@@ -254,6 +257,10 @@ impl<H: Hardware + Clone> Clock<H> {
         let sources = backends.sources();
         let mut scales = [None; MAX_CANDIDATES];
         let mut ordered = [false; MAX_CANDIDATES];
+        let mut mapped = [false; MAX_CANDIDATES];
+        for id in SourceId::ALL {
+            mapped[id.index()] = backends.tsc_source(id).is_some();
+        }
         for c in report.candidates() {
             if let (Some(d), Some(_)) = (c.descriptor(), sources[c.id.index()]) {
                 scales[c.id.index()] = Some(Scale::new(d.frequency));
@@ -285,6 +292,7 @@ impl<H: Hardware + Clone> Clock<H> {
             scales,
             tsc_scale: spin::Once::new(),
             ordered,
+            mapped,
             slot_set,
             clamp: MonotonicClamp::with_granule(settings.clamp_granule),
             ceiling: AtomicU64::new(settings.max_jump.as_nanos()),
@@ -429,7 +437,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// The largest value any CPU's floor holds: an upper bound of every
     /// instant returned so far.
     pub(crate) fn high_water(&self) -> u64 {
-        self.slots().max_floor().max(self.clamp.last())
+        self.read_state().high_water()
     }
 
     /// Makes `id` current with its timeline starting at `start` ns: its
@@ -471,7 +479,7 @@ impl<H: Hardware + Clone> Clock<H> {
             Ordering::SeqCst,
         );
         let start = start.max(self.high_water());
-        if self.backends.tsc_source(id).is_some() {
+        if self.mapped[i] {
             let source_ns = self.mapped_now_ns(id).unwrap_or(0);
             self.offsets[i].store(start.wrapping_sub(source_ns), Ordering::Release);
         } else if let Some(src) = self.backends.source(id) {
@@ -500,7 +508,7 @@ impl<H: Hardware + Clone> Clock<H> {
     pub(crate) fn verified_now_ns(&self) -> Option<u64> {
         let id = self.source_id();
         let i = id.index();
-        if self.backends.tsc_source(id).is_some() {
+        if self.mapped[i] {
             self.mapped_now_ns(id)
                 .map(|ns| ns.wrapping_add(self.offsets[i].load(Ordering::Acquire)))
                 .filter(|v| *v <= read::BEFORE_ZERO)

@@ -69,9 +69,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// else a device read.
     #[inline(never)]
     fn read_other(&self, st: u32, cpu: usize, fixed: bool, t: u64) -> u64 {
-        match SourceId::from_index((st & ID_MASK) as usize)
-            .and_then(|id| self.backends.tsc_source(id))
-        {
+        let i = (st & ID_MASK) as usize;
+        if !self.mapped.get(i).copied().unwrap_or(false) {
+            return self.read_device(st, cpu);
+        }
+        match SourceId::from_index(i).and_then(|id| self.backends.tsc_source(id)) {
             Some(m) => self.read_mapped(Some(&m), st, cpu, fixed, t),
             None => self.read_device(st, cpu),
         }
@@ -156,9 +158,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// before the source's start (not a value it gave).
     #[inline]
     pub(crate) fn returned_by(&self, offset: u64) -> Option<u64> {
-        let high = self.high_water();
-        let v = high.wrapping_sub(offset);
-        (high != 0 && v <= BEFORE_ZERO).then_some(v)
+        self.read_state().returned_by(offset)
     }
 
     /// A device (HPET, PM timer, Hyper-V MSR, an OS-supplied source): one
