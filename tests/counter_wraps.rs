@@ -258,3 +258,47 @@ fn a_tsc_that_jumps_an_hour_adds_no_wrap_to_an_honest_pm_timer() {
         c.report().table()
     );
 }
+
+/// Issue 26 §4, the current source's member of the class: a 32-bit
+/// 100 MHz HPET (a wrap every 42.9 s) is the clock; nothing reads it and
+/// no tick comes for `idle_s`. Its next reading must still count the
+/// whole gap (the TSC spans it), never hold it as "more than half a wrap".
+fn idle_narrow_hpet(idle_s: u64) {
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_invariant_tsc(false)
+            .with_hpet(HpetConfig::qemu().narrow())
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .build(),
+    );
+    let (c, _) = clock(m);
+    // The supervised TSC would be chosen; the OS prefers the HPET.
+    c.force(SourceId::Hpet).unwrap();
+    for _ in 0..8 {
+        m.advance(ms(250));
+        assert!(!bad(&c.watchdog_tick()));
+    }
+    let (t0, n0) = (c.now().as_nanos(), m.now_ns());
+    m.advance(ms(idle_s * 1_000));
+    let t1 = c.now().as_nanos();
+    let truth = m.now_ns() - n0;
+    assert!(
+        (t1 - t0).abs_diff(truth) < ms(5),
+        "idle {idle_s} s: now advanced {} ns of {truth} ns\n{}",
+        t1 - t0,
+        c.report().table()
+    );
+    // Ticks resume: nothing is demoted for the gap.
+    for _ in 0..8 {
+        m.advance(ms(250));
+        let e = c.watchdog_tick();
+        assert!(!bad(&e), "{e:?}\n{}", c.report().table());
+    }
+    assert_eq!(c.source_id(), SourceId::Hpet, "{}", c.report().table());
+}
+
+#[test]
+fn an_idle_current_narrow_hpet_loses_no_wrap() {
+    idle_narrow_hpet(30);
+    idle_narrow_hpet(100);
+}

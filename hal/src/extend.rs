@@ -128,9 +128,12 @@ impl<C: Cell64> WrapExtender<C> {
     /// since the last extended value, as an independent counter measured
     /// (the TSC over a gap in the reads longer than
     /// [`max_read_interval`](Self::max_read_interval)): the whole wraps the
-    /// span covers are recovered, to the nearest. `span` must be within
-    /// half a wrap of the truth; a span below half a wrap is
-    /// [`extend`](Self::extend).
+    /// span covers are recovered, to the nearest. A span below half a
+    /// wrap is [`extend`](Self::extend), and so is one that disagrees with
+    /// the counter's own phase by more than an eighth of a wrap (`span`
+    /// less the wraps it claims is not the ticks the counter moved): a
+    /// witness that ran ahead, or a span measured from an older read than
+    /// the last one, adds no wrap.
     ///
     /// ```
     /// use clockhal_core::WrapExtender;
@@ -151,6 +154,10 @@ impl<C: Cell64> WrapExtender<C> {
             let delta = raw.wrapping_sub(last) & self.mask;
             // Whole periods in the span beyond `delta`, to the nearest.
             let wraps = span.saturating_sub(delta).saturating_add(self.half) / period;
+            let claimed = delta as u128 + wraps as u128 * period as u128;
+            if (span as u128).abs_diff(claimed) > (period / 8) as u128 {
+                return (delta != 0 && delta <= self.half).then(|| last.wrapping_add(delta));
+            }
             let v = last
                 .wrapping_add(delta)
                 .wrapping_add(wraps.wrapping_mul(period));
@@ -216,6 +223,29 @@ mod tests {
                 assert!(wraps > steps / 200, "bits={bits} only {wraps} wraps");
             }
         }
+    }
+
+    #[test]
+    fn a_span_that_disagrees_with_the_counter_s_phase_adds_no_wrap() {
+        let period = 1u64 << 24;
+        let ext: WrapExtender = WrapExtender::new(24, 0);
+        // Two wraps and 1,000 ticks, measured 5,000 ticks long: recovered.
+        assert_eq!(
+            ext.extend_spanning(1_000, 2 * period + 5_000),
+            2 * period + 1_000
+        );
+        // A span measured from an older read (the counter moved 2,000
+        // ticks since the last one, the witness says 0.4 of a wrap more):
+        // no wrap is added, the counter's own delta stands.
+        let last = ext.last();
+        let span = period * 2 / 5 + 2_000;
+        assert_eq!(ext.extend_spanning(3_000, span), last + 2_000);
+        // A witness an hour ahead whose phase happens not to fit: nothing.
+        let last = ext.last();
+        assert_eq!(
+            ext.extend_spanning(3_000 + period / 2 + 1, 768 * period + period / 4),
+            last
+        );
     }
 
     #[test]

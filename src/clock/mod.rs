@@ -206,6 +206,11 @@ pub struct Clock<H: Hardware + Clone> {
     /// A publication was asked for while the watchdog lock was held
     /// (`lock`: its holder makes it when it lets go).
     pub(crate) publish_requested: AtomicBool,
+    /// The TSC at the clock's last reading of the current device, and the
+    /// flag of the one reader recovering wraps across a gap
+    /// ([`Clock::read_current_device`]).
+    pub(crate) device_tsc: AtomicU64,
+    pub(crate) spanning: AtomicBool,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -310,6 +315,8 @@ impl<H: Hardware + Clone> Clock<H> {
             page_restored: AtomicBool::new(false),
             page_stale: AtomicBool::new(false),
             publish_requested: AtomicBool::new(false),
+            device_tsc: AtomicU64::new(0),
+            spanning: AtomicBool::new(false),
         };
         // The timeline starts at 0 on the selected source (whatever a
         // reused user page carried before: no reader holds yet).
@@ -483,6 +490,9 @@ impl<H: Hardware + Clone> Clock<H> {
             let source_ns = self.mapped_now_ns(id).unwrap_or(0);
             self.offsets[i].store(start.wrapping_sub(source_ns), Ordering::Release);
         } else if let Some(src) = self.backends.source(id) {
+            if self.scale_of(SourceId::Tsc.index()).is_some() {
+                self.device_tsc.store(self.hw.rdtsc(), Ordering::Release);
+            }
             self.base_ticks[i].store(src.read(), Ordering::Release);
             self.base_ns[i].store(start, Ordering::Release);
         }
@@ -514,7 +524,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 .filter(|v| *v <= read::BEFORE_ZERO)
         } else {
             let (src, scale) = (self.backends.source(id)?, self.scale_of(i)?);
-            Some(self.device_ns(i, scale, src.read()))
+            Some(self.device_ns(i, scale, self.read_current_device(i, src)?))
         }
     }
 

@@ -14,7 +14,7 @@ use super::{Clock, REVALIDATE_NS};
 use crate::{Demotion, SourceId};
 use clockhal_core::{LastMap, MapMiss, MapNow, ReadState, Scale, TimelineOwner, TscSource};
 use clockhal_x86::{Hardware, Seam};
-use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 pub(crate) use clockhal_core::timeline::BEFORE_ZERO;
 
@@ -176,7 +176,10 @@ impl<H: Hardware + Clone> Clock<H> {
         ) else {
             return self.hold(cpu);
         };
-        let v = self.device_ns(id, scale, src.read());
+        let Some(ticks) = self.read_current_device(id, src) else {
+            return self.hold_uncounted(cpu);
+        };
+        let v = self.device_ns(id, scale, ticks);
         if self.state.load(Acquire) != st {
             // A switch raced this read (its bases may be torn): hold.
             return self.hold_uncounted(cpu);
@@ -186,6 +189,58 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.after_fresh(v);
         self.raise(cpu, self.ordered[id], v)
+    }
+
+    /// The current device `i`'s count. A software-extended counter (a
+    /// 32-bit HPET, the PM timer) that the clock left unread for more than
+    /// half a wrap would lose its wraps (held as "behind"): the TSC, where
+    /// its rate is known, measures the gap since the clock's last reading,
+    /// and the extension recovers them where the gap agrees with the
+    /// counter's own phase ([`WrapExtender::extend_spanning`]). One reader
+    /// recovers at a time; `None` for the others meanwhile (they hold).
+    /// Where no TSC spans the gap, wraps a gap hid stay lost, as
+    /// `max_read_interval` warns.
+    ///
+    /// [`WrapExtender::extend_spanning`]: clockhal_core::WrapExtender::extend_spanning
+    pub(crate) fn read_current_device(
+        &self,
+        i: usize,
+        src: &dyn clockhal_core::ClockSource,
+    ) -> Option<u64> {
+        let (Some(interval), Some(tsc_scale)) = (
+            src.max_read_interval(),
+            self.scale_of(SourceId::Tsc.index()),
+        ) else {
+            return Some(src.read());
+        };
+        let tsc = self.hw.rdtsc();
+        let span = |tsc: u64| {
+            let gap = tsc.saturating_sub(self.device_tsc.load(Acquire));
+            let span = self.scale_of(i)?.ns_to_ticks(tsc_scale.ticks_to_ns(gap));
+            (span >= interval).then_some(span)
+        };
+        let ticks = match span(tsc) {
+            None => src.read(),
+            Some(_) => {
+                if self.spanning.swap(true, Acquire) {
+                    return None;
+                }
+                // Again under the flag: another reader may have just
+                // recovered the gap.
+                let ticks = match span(tsc) {
+                    Some(s) => src.read_spanning(s),
+                    None => src.read(),
+                };
+                self.device_tsc.store(tsc, Release);
+                self.spanning.store(false, Release);
+                return Some(ticks);
+            }
+        };
+        // A plain store: a TSC that went back (S3) restarts the measure; a
+        // stale store only lengthens one measured gap, which the phase
+        // check then declines.
+        self.device_tsc.store(tsc, Release);
+        Some(ticks)
     }
 
     /// Device `i`'s reading `ticks` on the clock's timeline: from the base

@@ -270,13 +270,11 @@ impl<H: Hardware + Clone> Clock<H> {
         // its value) is not evidence: it sits the round out.
         let Some(cur_m) = ids.iter().position(|i| *i == Some(cur)) else {
             // The current source is demoted (forced): just keep it fed.
-            if let Some(s) = self.backends.source(cur) {
-                let _ = s.read();
-            }
+            self.feed_current();
             return WatchdogEvent::Inactive;
         };
         let Some(first) = members[0].filter(|_| n >= 2) else {
-            let _ = sources[cur.index()].map(|s| s.read());
+            self.feed_current();
             st.core = None;
             // Nothing else to compare, but a demoted candidate can still
             // verify against the current source.
@@ -404,12 +402,23 @@ impl<H: Hardware + Clone> Clock<H> {
         }
     }
 
-    /// Members other than the current source whose software extension
-    /// the gap since the last tick outlasted (`gap_ns`, by the TSC): each
-    /// is read once with the gap in its own ticks, which recovers the
-    /// wraps it hid (their previous read was the last tick's round).
-    /// Without a measure of the gap ([`tick_gap`](Self::tick_gap)) nothing
-    /// is recovered.
+    /// One reading of the current source, which keeps a device's
+    /// software extension fed (and its gap measure with it).
+    fn feed_current(&self) {
+        let cur = self.source_id();
+        if let Some(s) = self.backends.source(cur) {
+            let _ = self.read_current_device(cur.index(), s);
+        }
+    }
+
+    /// Members whose software extension the gap since the last tick
+    /// outlasted (`gap_ns`, by the TSC): each is read once with the gap in
+    /// its own ticks, which recovers the wraps it hid (their previous read
+    /// was the last tick's round). The current source, which `now()` reads
+    /// between ticks, measures its gap from the clock's own last reading
+    /// ([`read_current_device`](Clock::read_current_device)). Without a
+    /// measure of the gap ([`tick_gap`](Self::tick_gap)) nothing is
+    /// recovered.
     fn span_gap(
         &self,
         gap_ns: Option<u64>,
@@ -417,12 +426,15 @@ impl<H: Hardware + Clone> Clock<H> {
         cur: SourceId,
         sources: &crate::candidate::Sources<'_>,
     ) {
+        if !self.mapped[cur.index()] {
+            self.feed_current();
+        }
         let Some(g) = gap_ns else { return };
-        for id in ids.iter().flatten().copied() {
+        for id in ids.iter().flatten().copied().filter(|id| *id != cur) {
             let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
                 continue;
             };
-            let Some(interval) = src.max_read_interval().filter(|_| id != cur) else {
+            let Some(interval) = src.max_read_interval() else {
                 continue;
             };
             let span = scale.ns_to_ticks(g);
@@ -634,11 +646,21 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Sets the jump check's first anchor when the clock is built: the
     /// start of the timeline and an independent 64-bit counter's reading
     /// then, so a reading is checked before the first judged round too.
+    /// The gap measure starts here too: every software-extended counter
+    /// is read once and the first tick's gap is measured from now, so a
+    /// pause before the first tick cannot hide a wrap.
     pub(crate) fn anchor_at_start(&self, start_ns: u64) {
         let Some(mut st) = self.watchdog.try_lock() else {
             return;
         };
         self.anchor_at(&mut st, start_ns);
+        let sources = self.backends.sources();
+        for s in sources.iter().flatten() {
+            if s.max_read_interval().is_some() {
+                let _ = s.read();
+            }
+        }
+        let _ = self.tick_gap(&mut st);
     }
 
     /// Forgets every baseline taken against a reference's count before a
