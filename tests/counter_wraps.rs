@@ -302,3 +302,36 @@ fn an_idle_current_narrow_hpet_loses_no_wrap() {
     idle_narrow_hpet(30);
     idle_narrow_hpet(100);
 }
+
+#[test]
+fn another_cpu_s_tsc_offset_adds_no_wrap_to_the_current_pm_timer() {
+    // Two CPUs whose TSCs differ by two PM timer wraps (2^25 ticks at
+    // 3.579545 MHz, 9.37 s): the current PM timer read from both in turn
+    // must track the truth. A gap measured across the two TSCs would look
+    // like two missed wraps and fit the counter's phase exactly.
+    let two_wraps = (2u128 << 24) * 2_000_000_000 / 3_579_545;
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_invariant_tsc(false)
+            .with_cpus(2, &[0, two_wraps as i64])
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .with_hpet(HpetConfig::qemu().narrow())
+            .build(),
+    );
+    let (c, _) = clock(m);
+    c.force(SourceId::AcpiPm).unwrap();
+    let origin = m.now_ns() - c.now().as_nanos();
+    let mut last = 0;
+    for i in 0..2_000u64 {
+        m.advance(ms(1));
+        let t = m.on_cpu((i % 2) as usize, || c.now().as_nanos());
+        let truth = m.now_ns() - origin;
+        assert!(t >= last, "read {i}: back {last} -> {t}");
+        assert!(
+            t <= truth + ms(2),
+            "read {i}: {t} ns, truth {truth} ns\n{}",
+            c.report().table()
+        );
+        last = t;
+    }
+}

@@ -194,7 +194,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// The current device `i`'s count. A software-extended counter (a
     /// 32-bit HPET, the PM timer) that the clock left unread for more than
     /// half a wrap would lose its wraps (held as "behind"): the TSC, where
-    /// its rate is known, measures the gap since the clock's last reading,
+    /// its rate is known, measures the gap since the clock's last reading
+    /// (on the same CPU, unless the TSCs agree across CPUs),
     /// and the extension recovers them where the gap agrees with the
     /// counter's own phase ([`WrapExtender::extend_spanning`]). One reader
     /// recovers at a time; `None` for the others meanwhile (they hold).
@@ -213,9 +214,18 @@ impl<H: Hardware + Clone> Clock<H> {
         ) else {
             return Some(src.read());
         };
-        let tsc = self.hw.rdtsc();
+        // The stamp carries the CPU that took it in its low byte (256
+        // cycles do not matter here): another CPU's TSC measures the gap
+        // only where the TSCs are known to agree across CPUs.
+        let cpu = (self.hw.cpu_index() & 0xFF) as u64;
+        let tsc = (self.hw.rdtsc() & !0xFF) | cpu;
+        let any_cpu = self.ordered[SourceId::Tsc.index()];
         let span = |tsc: u64| {
-            let gap = tsc.saturating_sub(self.device_tsc.load(Acquire));
+            let stamp = self.device_tsc.load(Acquire);
+            if stamp & 0xFF != cpu && !any_cpu {
+                return None;
+            }
+            let gap = tsc.saturating_sub(stamp);
             let span = self.scale_of(i)?.ns_to_ticks(tsc_scale.ticks_to_ns(gap));
             (span >= interval).then_some(span)
         };
