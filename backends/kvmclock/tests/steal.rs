@@ -262,10 +262,20 @@ fn readers_on_several_cpus_under_a_hostile_host_see_only_plausible_steal() {
             std::thread::spawn(move || {
                 m.set_cpu(cpu);
                 let mut last = 0;
-                for n in 0..5_000_000u64 {
-                    if n >= 5_000 && rounds.load(Ordering::Relaxed) >= 600 {
+                // Rounds the host writes while this reader reads (a loaded
+                // machine may run the host's first rounds, or all of a
+                // reader's reads, while the other waits): bounded in real
+                // time, reached only on a hang.
+                let first = rounds.load(Ordering::Relaxed);
+                let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                for n in 0u64.. {
+                    if n >= 5_000 && rounds.load(Ordering::Relaxed) >= first + 600 {
                         break;
                     }
+                    assert!(
+                        std::time::Instant::now() < give_up,
+                        "cpu {cpu}: the host wrote no 600 rounds in 60 s"
+                    );
                     let now = m.now_ns();
                     let v = s.steal_ns(now).unwrap();
                     assert!(v >= last, "cpu {cpu}: {v} < {last}");
