@@ -9,7 +9,8 @@
 #          short of it goes on for the rest, up to 3x FUZZ_SECONDS more),
 #          one job at a time, nice -n 10, starting from the committed corpus
 #          (then minimised again: commit fuzz/corpus if it changed)
-#   loom   the loom models (tests/loom_*.rs) over the real atomics code
+#   loom   the loom models (tests/loom_*.rs) over the real atomics code,
+#          and each must fail with its mutant (cfg clockhal_loom_mutant)
 #
 #   ./scripts/deep-checks.sh                 # all three (~55 min on 2 cores:
 #                                            # Miri ~16, fuzz ~36, loom ~5)
@@ -126,11 +127,24 @@ run_loom() {
     RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
         LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
         nice -n 10 cargo test --release "${args[@]}" --test 'loom_*'
+    step "loom: the read loop over per-CPU slots on loom's atomics"
+    # clockhal-core alone: with clockhal_loom_slots its ReadHw and SlotPool
+    # take loom's atomics, which the other crates' code cannot (hal/src/sync.rs).
+    RUSTFLAGS="--cfg loom --cfg clockhal_loom_slots" CARGO_TARGET_DIR=target/loom-slots \
+        LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
+        nice -n 10 cargo test --release -p clockhal-core --test loom_timeline
     step "loom: the seqlock readers without their acquire fence must fail"
     # Under this cfg the only tests are `should_panic(expected = "torn")`.
     RUSTFLAGS="--cfg loom --cfg clockhal_loom_mutant" CARGO_TARGET_DIR=target/loom-mutant \
         LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
         nice -n 10 cargo test --release -p clockhal-kvmclock -p clockhal-hyperv --test 'loom_*'
+    step "loom: the read loop with its floor raised by a plain load and store must fail"
+    # The interrupt model is `should_panic(expected = "lost raise")` here;
+    # the other timeline models are ignored.
+    RUSTFLAGS="--cfg loom --cfg clockhal_loom_slots --cfg clockhal_loom_mutant" \
+        CARGO_TARGET_DIR=target/loom-slots-mutant \
+        LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
+        nice -n 10 cargo test --release -p clockhal-core --test loom_timeline
 }
 
 what=("$@")

@@ -1,8 +1,9 @@
 //! Per-CPU read state: each CPU's validated [`TscMap`] and its monotonic
 //! floor, one cache line per CPU.
 
+use crate::sync::slots::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crate::sync::slots_const_fn;
 use crate::TscMap;
-use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// A reading served from a [`PerCpuSlots`] cache by
 /// [`MapSlot::read_cached`], before any floor is applied.
@@ -19,7 +20,12 @@ pub struct CachedRead {
 /// instructions (correct, but its cache line is shared), and read without
 /// a cached map (every read takes the slow path: see
 /// [`PerCpuSlots::cache`]).
+#[cfg(not(all(loom, clockhal_loom_slots)))]
 pub const PER_CPU_SLOTS: usize = 64;
+/// The loom model's machine: CPUs 0 and 1 with slots of their own, the
+/// rest sharing the third (every loom atomic is a state to explore).
+#[cfg(all(loom, clockhal_loom_slots))]
+pub const PER_CPU_SLOTS: usize = 3;
 
 /// A cached, validated map and what it is valid for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +87,7 @@ pub struct MapSlot {
     floor: AtomicU64,
 }
 
+#[cfg(not(all(loom, clockhal_loom_slots)))]
 const _: () = assert!(core::mem::size_of::<MapSlot>() == 64);
 
 impl Default for MapSlot {
@@ -102,6 +109,7 @@ impl SlotEntry {
 pub const REVALIDATE_NS: u64 = 1_000_000_000;
 
 impl MapSlot {
+    slots_const_fn! {
     /// An empty slot (no entry, floor 0).
     /// Interrupt-safe: yes.
     pub const fn new() -> MapSlot {
@@ -117,6 +125,7 @@ impl MapSlot {
             span: AtomicU64::new(0),
             floor: AtomicU64::new(0),
         }
+    }
     }
 
     /// The cached entry and the sequence it was read under, or `None` if
@@ -362,9 +371,18 @@ impl Default for PerCpuSlots {
 impl PerCpuSlots {
     /// All slots empty.
     /// Interrupt-safe: yes.
+    #[cfg(not(all(loom, clockhal_loom_slots)))]
     pub const fn new() -> PerCpuSlots {
         PerCpuSlots {
             slots: [const { MapSlot::new() }; PER_CPU_SLOTS],
+        }
+    }
+
+    /// All slots empty (loom's atomics: no `const`).
+    #[cfg(all(loom, clockhal_loom_slots))]
+    pub fn new() -> PerCpuSlots {
+        PerCpuSlots {
+            slots: core::array::from_fn(|_| MapSlot::new()),
         }
     }
 
@@ -487,7 +505,11 @@ impl PerCpuSlots {
 /// How many [`PerCpuSlots`] sets one [`SlotPool`] holds: enough for every
 /// per-CPU user of one probe (kvmclock, the Hyper-V page, the TSC and the
 /// facade's clock) twice over.
+#[cfg(not(all(loom, clockhal_loom_slots)))]
 pub const SLOT_SETS: usize = 8;
+/// One set in the loom model (one timeline).
+#[cfg(all(loom, clockhal_loom_slots))]
+pub const SLOT_SETS: usize = 1;
 
 /// The per-CPU read state of one machine: [`SLOT_SETS`] sets of
 /// [`PerCpuSlots`] (4 KiB each), claimed by the clock objects that read on
@@ -540,10 +562,20 @@ impl Default for SlotPool {
 impl SlotPool {
     /// Every set free.
     /// Interrupt-safe: yes.
+    #[cfg(not(all(loom, clockhal_loom_slots)))]
     pub const fn new() -> SlotPool {
         SlotPool {
             sets: [const { PerCpuSlots::new() }; SLOT_SETS],
             claimed: [const { AtomicBool::new(false) }; SLOT_SETS],
+        }
+    }
+
+    /// Every set free (loom's atomics: no `const`).
+    #[cfg(all(loom, clockhal_loom_slots))]
+    pub fn new() -> SlotPool {
+        SlotPool {
+            sets: core::array::from_fn(|_| PerCpuSlots::new()),
+            claimed: core::array::from_fn(|_| AtomicBool::new(false)),
         }
     }
 

@@ -18,11 +18,11 @@
 //! used on its own keeps (a set of per-CPU slots from the machine's pool,
 //! and its clamp), with the trivial owner.
 
+use crate::sync::slots::{AtomicU64, Ordering::Relaxed};
 use crate::{
     ClampGranule, MonotonicClamp, PerCpuSlots, SlotEntry, SlotPool, SlotSet, TscMap, UpdateFault,
     REVALIDATE_NS,
 };
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Readings above this (292 years) are a source reading below the
 /// timeline's start, wrapped: treated as "before 0", never as time.
@@ -290,6 +290,28 @@ pub trait ReadHw {
     fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64;
 }
 
+/// How a CPU's own floor is raised: [`ReadHw::fetch_max_local`], atomic
+/// against an interrupt on the CPU.
+#[cfg(not(clockhal_loom_mutant))]
+#[inline(always)]
+fn local_max<M: ReadHw + Copy>(hw: M) -> impl FnOnce(&AtomicU64, u64) -> u64 {
+    move |cell, v| hw.fetch_max_local(cell, v)
+}
+
+/// The mutant the read loop's loom model must catch
+/// (`tests/loom_timeline.rs`): the floor raised by a plain load and store,
+/// so a read on the same CPU between the two loses its raise.
+#[cfg(clockhal_loom_mutant)]
+#[inline(always)]
+fn local_max<M: ReadHw + Copy>(hw: M) -> impl FnOnce(&AtomicU64, u64) -> u64 {
+    let _ = hw;
+    |cell, v| {
+        let m = cell.load(Relaxed).max(v);
+        cell.store(m, Relaxed);
+        m
+    }
+}
+
 /// Whoever runs the loop over a source: its timeline and what it allows.
 /// [`Standalone`] is a source's own timeline; `clockhal`'s `Clock` is the
 /// other owner.
@@ -380,7 +402,7 @@ impl ReadState<'_> {
         match self.slots {
             Some(s) => {
                 let v = if ordered { ns } else { self.clamp.clamp(ns) };
-                s.raise(cpu, v, |cell, v| hw.fetch_max_local(cell, v))
+                s.raise(cpu, v, local_max(hw))
             }
             None => self.clamp.clamp(ns),
         }
@@ -419,13 +441,7 @@ impl ReadState<'_> {
         t: u64,
     ) -> Option<u64> {
         let slot = self.slots?.cache(cpu)?;
-        slot.read_raised(
-            epoch,
-            token,
-            || t,
-            |ns| self.clamp.clamp(ns),
-            |cell, v| hw.fetch_max_local(cell, v),
-        )
+        slot.read_raised(epoch, token, || t, |ns| self.clamp.clamp(ns), local_max(hw))
     }
 
     /// The slow read of `src` for `owner` at its `epoch`: a validated map
@@ -675,7 +691,7 @@ impl Timeline {
     ) -> u64 {
         let (slot, own) = pool.get(&self.set).get(hw.cpu_index());
         let v = read(&hw);
-        PerCpuSlots::raise_in(slot, own, v, |cell, v| hw.fetch_max_local(cell, v))
+        PerCpuSlots::raise_in(slot, own, v, local_max(hw))
     }
 
     /// CPU `cpu`'s last map for a source read on its own (no offset;
