@@ -356,6 +356,9 @@ impl SecondEdge {
 /// Edges taken at most: a loaded host's preemptions widen the edges'
 /// windows, and more edges give narrower ones and longer spans.
 const MAX_SECOND_EDGES: usize = 6;
+/// Edges `next_edge` may fail to give before the calibration gives up
+/// (each costs the caller's edge wait, about a second).
+const MAX_MISSED_EDGES: usize = 2;
 /// A span this good ends the search early.
 const GOOD_ENOUGH_PPM: u32 = 50;
 /// Most seconds one interval may cover (edges missed in between are fine:
@@ -368,7 +371,8 @@ const INTERVAL_AGREEMENT_PPM: u64 = 1_000;
 /// Measures the TSC rate against a reference that marks whole seconds
 /// (the CMOS RTC's second edges, the reference of last resort where no
 /// counter exists: QEMU `microvm,pit=off`). `next_edge` waits for the next
-/// edge and returns it timed on the TSC (`None`: no edge, gives up).
+/// edge and returns it timed on the TSC (`None`: no edge this time; after
+/// three such misses the calibration gives up).
 ///
 /// Takes three edges (two to three seconds), and more, up to six, until
 /// some span is within 50 ppm (a loaded host's preemptions widen the
@@ -406,9 +410,17 @@ pub fn calibrate_against_seconds(
     let mut edges = [None::<SecondEdge>; MAX_SECOND_EDGES];
     let mut best: Option<Calibration> = None;
     let mut error = CalibrationError::ReferenceStuck;
-    for n in 0..MAX_SECOND_EDGES {
+    let (mut n, mut missed) = (0, 0);
+    while n < MAX_SECOND_EDGES {
         let Some(e) = next_edge() else {
-            break;
+            // A missed edge (host preemption hid the update, a read during
+            // the update) is bad luck: the next edge's interval just
+            // covers two seconds. A reference that keeps missing ends it.
+            missed += 1;
+            if missed > MAX_MISSED_EDGES {
+                break;
+            }
+            continue;
         };
         edges[n] = Some(e);
         // The span of the last three edges.
@@ -427,6 +439,7 @@ pub fn calibrate_against_seconds(
         if best.is_some_and(|b| b.uncertainty_ppm <= GOOD_ENOUGH_PPM) {
             break;
         }
+        n += 1;
     }
     best.map(|c| Calibration { reference, ..c }).ok_or(error)
 }

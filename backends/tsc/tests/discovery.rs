@@ -291,3 +291,41 @@ fn qemu_tcg_cpuid_alone_never_gives_an_auto_selected_tsc() {
         };
     }
 }
+
+#[test]
+fn a_missed_rtc_edge_does_not_end_the_seconds_calibration() {
+    // Seen under TCG on a loaded host: one edge wait failed after two
+    // edges and the TSC had no rate at all. A miss costs one edge; a
+    // reference that keeps missing still ends the calibration.
+    use clockhal_tsc::{calibrate_against_seconds, SecondEdge};
+    let edge = |s: u64| {
+        let at = s * 2_000_000_000;
+        SecondEdge {
+            second: s,
+            tsc_from: at - 2_000,
+            tsc_by: at + 2_000,
+        }
+    };
+    let mut s = 100;
+    let mut calls = 0;
+    let c = calibrate_against_seconds(
+        || {
+            calls += 1;
+            s += 1;
+            (calls != 3).then(|| edge(s))
+        },
+        "rtc",
+    )
+    .unwrap();
+    assert_eq!(c.rate.hz_rounded(), 2_000_000_000);
+    let mut calls = 0;
+    let r = calibrate_against_seconds(
+        || {
+            calls += 1;
+            (calls == 1).then(|| edge(100))
+        },
+        "rtc",
+    );
+    assert!(r.is_err());
+    assert_eq!(calls, 4, "one edge, then three misses");
+}
