@@ -78,11 +78,19 @@ pub fn init() -> bool {
         outb(0x21, 0xFF);
         outb(0xA1, 0xFF);
     }
-    // SAFETY: port 0x43 is the PIT's mode register. Channel 0, lobyte/
-    // hibyte, mode 0 with no count written: its output stays low, so it
-    // raises no IRQ 0. Nothing in these kernels uses channel 0 (clockhal's
-    // PIT calibration uses channel 2, which this leaves alone).
-    unsafe { outb(0x43, 0x30) };
+    // SAFETY: ports 0x43/0x40 are the PIT's mode register and channel 0.
+    // Channel 0, lobyte/hibyte, mode 0 (interrupt on terminal count) with a
+    // count of 1: one IRQ 0 edge now (dropped: the PIC is masked and the
+    // I/O APIC input not yet routed), then none. A mode word alone would
+    // not do: KVM's in-kernel PIT keeps its periodic timer until a count
+    // is loaded (measured: 18.2 Hz interrupts kept arriving at I/O APIC
+    // input 2). Nothing in these kernels uses channel 0 (clockhal's PIT
+    // calibration uses channel 2, which this leaves alone).
+    unsafe {
+        outb(0x43, 0x30);
+        outb(0x40, 1);
+        outb(0x40, 0);
+    }
     let Some(lapic) = Lapic::this_cpu() else {
         return false;
     };
@@ -98,6 +106,40 @@ pub fn init() -> bool {
         Ordering::Release,
     );
     true
+}
+
+/// Switches the calling CPU's LAPIC to x2APIC mode (IA32_APIC_BASE bit
+/// 10), where CPUID.1:ECX[21] offers it: its registers are then MSRs
+/// (0x800..), and every user of [`Lapic`] in this crate follows (they
+/// read the mode each time). There is no way back short of disabling the
+/// APIC, so call it only once the CPU's IPIs are done (after
+/// [`crate::smp::start_aps`]), before [`init`]. `Ok(true)`: switched;
+/// `Ok(false)`: already in x2APIC mode; `Err`: not offered.
+pub fn enable_x2apic() -> Result<bool, &'static str> {
+    if crate::cpu::cpuid(1, 0).ecx & (1 << 21) == 0 {
+        return Err("CPUID.1:ECX[21] clear: no x2APIC");
+    }
+    let Some(base) = crate::try_rdmsr(0x1B) else {
+        return Err("IA32_APIC_BASE faulted");
+    };
+    if base & (1 << 11) == 0 {
+        return Err("the LAPIC is disabled");
+    }
+    if base & (1 << 10) != 0 {
+        return Ok(false);
+    }
+    // SAFETY: xAPIC -> x2APIC with the APIC enabled is the SDM's legal
+    // transition (10.12.5); CPUID promises the mode. Nothing in flight
+    // depends on the MMIO page (the caller's contract: IPIs are done).
+    if !unsafe { crate::try_wrmsr(0x1B, base | (1 << 10)) } {
+        return Err("the write to IA32_APIC_BASE faulted");
+    }
+    Ok(true)
+}
+
+/// Whether the calling CPU's LAPIC is in x2APIC mode.
+pub fn x2apic_enabled() -> bool {
+    matches!(Lapic::this_cpu(), Some(Lapic::X2Apic))
 }
 
 /// Registers `func(arg)` as the handler of `vector` (32..=255, not the
