@@ -93,8 +93,10 @@ pub const TIMER_DEADLINES_BUDGET: Duration = Duration::from_secs(12);
 /// measured under KVM here, up to ~150 ms), after the device was quiet
 /// for as long.
 pub const TIMER_CANCEL_WAIT: Duration = Duration::from_millis(200);
-/// ...which was armed this far ahead.
-pub const TIMER_CANCEL_AHEAD: Duration = Duration::from_millis(5);
+/// ...which was armed this far ahead, and cancelled within half of it (a
+/// cancel that returns later is tried again: a vCPU descheduled between
+/// arm and cancel may legitimately see the interrupt raised).
+pub const TIMER_CANCEL_AHEAD: Duration = Duration::from_millis(50);
 /// The `timer-long` check caps the device's reach at this (a test setting:
 /// real reaches are seconds to minutes)...
 pub const TIMER_LONG_CAP: Duration = Duration::from_millis(1);

@@ -51,6 +51,13 @@ pub trait TimerUnderTest {
     /// Lets interrupts be taken (returns soon, never blocks for long: the
     /// checks poll with their own bound).
     fn wait(&self);
+    /// Whether the device cannot be used right now, and why (written to
+    /// `why`): its checks are then skipped. The default: always usable.
+    /// (TSC-deadline while the clock reads a source with no TSC map.)
+    fn unavailable(&self, why: &mut dyn fmt::Write) -> bool {
+        let _ = why;
+        false
+    }
     /// The longest count the device takes in one piece, in ns (`None`:
     /// 64-bit reach, no deadline is longer).
     fn reach_ns(&self) -> Option<u64>;
@@ -93,4 +100,8 @@ pub struct Timers<'a> {
     pub selected: Option<&'a str>,
     /// Why (the OS's ranking with reasons).
     pub reason: &'a str,
+    /// Called once before the timer checks start (after the suite's other
+    /// checks, which may run for seconds): e.g. the OS's watchdog ticks
+    /// until the clock's source holds, as its timer tick would have.
+    pub prepare: Option<&'a dyn Fn()>,
 }

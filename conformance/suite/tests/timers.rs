@@ -160,6 +160,7 @@ fn run(slots: &[TimerSlot<'_>], selected: Option<&str>) -> Vec<(Check, Status, S
             slots,
             selected,
             reason: "test ranking",
+            prepare: None,
         })
         .run(&mut |r: &CheckResult<'_>| {
             if r.check.name().starts_with("timer-") {
