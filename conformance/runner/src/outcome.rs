@@ -396,7 +396,7 @@ CHECK source=hpet-comparator name=timer-deadlines status=pass value=42826 unit=n
 CHECK source=hpet-comparator name=timer-past status=pass value=441150 unit=ns detail=ok
 CHECK source=hpet-comparator name=timer-cancel status=pass value=0 unit=ns detail=ok
 CHECK source=hpet-comparator name=timer-long status=skip value=- unit=- detail=not applicable: 64 bits
-CHECK source=lapic-oneshot name=timer-selected status=pass value=- unit=- detail=selected, delivered its deadlines: lapic-oneshot(100, selected) hpet-comparator(50)
+CHECK source=lapic-oneshot name=timer-selected status=pass value=- unit=- detail=selected, delivered its deadlines: lapic-oneshot(100, selected) hpet-comparator(50); LAPIC via xAPIC (MMIO)
 12 passed, 0 failed, 7 skipped
 ";
 
