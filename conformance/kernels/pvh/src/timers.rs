@@ -101,6 +101,9 @@ impl Devices {
     /// Sets up interrupts and every device this machine has. `tsc` is the
     /// TSC's rate (for TSC-deadline's descriptor), `hpet` the HPET's
     /// register window clockhal mapped.
+    // Not inlined: its locals stay out of kmain's frame, which holds the
+    // clock during the probe (the boot stack is 64 KiB).
+    #[inline(never)]
     pub fn probe(
         hw: BootHw,
         clock: &Clock<BootHw>,
@@ -645,6 +648,8 @@ impl TimerUnderTest for Rig<'_> {
 /// over every present device, selects among them as an OS would
 /// (`Clock::select_timer`), and calls `f` with the suite's view. Handlers
 /// are cleared and the devices masked before it returns.
+// Not inlined, as `Devices::probe`: the rigs live in this frame only.
+#[inline(never)]
 pub fn with_timers<R>(
     clock: &Clock<BootHw>,
     devices: &Devices,
