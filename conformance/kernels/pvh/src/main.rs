@@ -3,8 +3,10 @@
 //! Boots under QEMU (PVH, via clockhal-boot), starts the other vCPUs, runs
 //! the TSC warp test, probes every clockhal backend through the facade
 //! (kvmclock registered on every vCPU), runs the conformance suite on every
-//! constructed source (and samples the clock across the runner's QMP
-//! `stop`/`cont` where it plans one: [`pause`]), reads the user clock page from ring 3 while switching
+//! constructed source, runs its timer checks on the boot CPU's interrupts
+//! ([`timers`]: TSC-deadline, LAPIC one-shot, HPET comparator), samples
+//! the clock across the runner's QMP
+//! `stop`/`cont` where it plans one ([`pause`]), reads the user clock page from ring 3 while switching
 //! sources ([`userpage`]), and prints the result lines that `clockhal-matrix`
 //! parses (format: `clockhal_conformance::line`). Exits through
 //! isa-debug-exit: success only when no check failed.
