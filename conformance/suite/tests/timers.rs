@@ -22,6 +22,8 @@ enum Flaw {
     CancelIgnored,
     /// A deadline at or before now is never programmed.
     PastIgnored,
+    /// Not usable when the checks start (TSC-deadline without a TSC map).
+    Unavailable,
 }
 
 /// A timer on simulated time: `wait()` advances time by 10 µs and raises
@@ -136,6 +138,12 @@ impl TimerUnderTest for SimTimer<'_> {
     }
     fn reach_ns(&self) -> Option<u64> {
         self.reach
+    }
+    fn unavailable(&self, why: &mut dyn fmt::Write) -> bool {
+        if self.flaw == Flaw::Unavailable {
+            let _ = why.write_str("no TSC map now");
+        }
+        self.flaw == Flaw::Unavailable
     }
     fn capped(&self, why: &mut dyn fmt::Write) -> Option<&dyn TimerUnderTest> {
         if self.capped.is_none() {
@@ -276,4 +284,24 @@ fn no_timers_given_skips_every_known_device() {
             }
         });
     assert_eq!(n, 13);
+}
+
+#[test]
+fn an_unavailable_device_skips_and_its_selection_is_not_a_pass() {
+    let out = one(Flaw::Unavailable, None);
+    for c in [
+        Check::TimerDeadlines,
+        Check::TimerPast,
+        Check::TimerCancel,
+        Check::TimerLong,
+    ] {
+        assert_eq!(
+            status(&out, c),
+            (Status::Skip, "no TSC map now".to_string()),
+            "{c}"
+        );
+    }
+    let (s, d) = status(&out, Check::TimerSelected);
+    assert_eq!(s, Status::Skip, "{d}");
+    assert!(d.contains("unusable when the checks ran"), "{d}");
 }

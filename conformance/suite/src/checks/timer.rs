@@ -63,8 +63,9 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, timers: Option<&Timers<
     if let Some(prepare) = timers.prepare {
         prepare();
     }
-    // Which present devices delivered their deadlines (for the selection).
-    let mut good = [false; 8];
+    // Which present devices delivered their deadlines (for the selection);
+    // `None`: not run (unavailable when the checks started).
+    let mut good = [Some(false); 8];
     for (i, slot) in timers.slots.iter().enumerate() {
         match slot {
             TimerSlot::Absent { name, reason } => {
@@ -78,11 +79,14 @@ pub(crate) fn run(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, timers: Option<&Timers<
                     for c in DEVICE_CHECKS {
                         skip(rep, t.name(), c, why.as_str());
                     }
+                    if let Some(g) = good.get_mut(i) {
+                        *g = None;
+                    }
                     continue;
                 }
                 let ok = deadlines(ctx, rep, *t);
                 if let Some(g) = good.get_mut(i) {
-                    *g = ok;
+                    *g = Some(ok);
                 }
                 past(rep, *t);
                 cancel(rep, *t);
@@ -525,7 +529,7 @@ fn long(ctx: &Ctx<'_>, rep: &mut Reporter<'_>, t: &dyn TimerUnderTest) {
 }
 
 /// `timer-selected`.
-fn selected(rep: &mut Reporter<'_>, timers: &Timers<'_>, good: &[bool]) {
+fn selected(rep: &mut Reporter<'_>, timers: &Timers<'_>, good: &[Option<bool>]) {
     let present = timers
         .slots
         .iter()
@@ -551,13 +555,15 @@ fn selected(rep: &mut Reporter<'_>, timers: &Timers<'_>, good: &[bool]) {
         );
     };
     let slot = timers.slots.iter().position(|s| s.name() == name);
-    let (status, what) =
-        match slot.map(|i| (&timers.slots[i], good.get(i).copied().unwrap_or(false))) {
-            Some((TimerSlot::Present(_), true)) => (Status::Pass, "delivered its deadlines"),
-            Some((TimerSlot::Present(_), false)) => (Status::Fail, "failed its deadlines"),
-            Some((TimerSlot::Absent { .. }, _)) => (Status::Fail, "is absent"),
-            None => (Status::Fail, "is not among the devices"),
-        };
+    let (status, what) = match slot.map(|i| (&timers.slots[i], good.get(i).copied().flatten())) {
+        Some((TimerSlot::Present(_), Some(true))) => (Status::Pass, "delivered its deadlines"),
+        Some((TimerSlot::Present(_), Some(false))) => (Status::Fail, "failed its deadlines"),
+        // The clock changed under it between the selection and the
+        // checks (its checks say why): nothing was measured.
+        Some((TimerSlot::Present(_), None)) => (Status::Skip, "unusable when the checks ran"),
+        Some((TimerSlot::Absent { .. }, _)) => (Status::Fail, "is absent"),
+        None => (Status::Fail, "is not among the devices"),
+    };
     rep.report(
         None,
         name,
