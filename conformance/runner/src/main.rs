@@ -28,6 +28,7 @@ mod outcome;
 mod pause;
 mod qemu;
 mod report;
+mod timers;
 
 use configs::{Accel, QemuConfig, CONFIGS};
 use outcome::Outcome;

@@ -147,6 +147,7 @@ impl Outcome {
             }
         }
         o.unexpected = o.violations();
+        o.unexpected.extend(crate::timers::violations(&o));
         o
     }
 
@@ -219,8 +220,11 @@ impl Outcome {
             _ => {}
         }
         for s in &self.sources {
+            // Timer devices report CHECK lines only (checked by `timers`).
+            let timer =
+                clockhal_conformance::TIMER_DEVICES.contains(&s.name.as_str()) || s.name == "none";
             if !SOURCES.contains(&s.name.as_str()) {
-                if s.checks.iter().any(|c| c.status == Status::Fail) || s.reported > 0 {
+                if (!timer && s.checks.iter().any(|c| c.status == Status::Fail)) || s.reported > 0 {
                     v.push(format!("unknown source {:?} reported", s.name));
                 }
             } else if s.reported != 1 {
@@ -356,6 +360,7 @@ impl Outcome {
             "sources": sources,
             "linux_peer": self.peer.as_ref().map(|p| p.to_json(self)),
             "pause": self.pause.as_ref().map(|p| p.to_json(self)),
+            "timers": self.ran.then(|| crate::timers::to_json(self)),
         })
     }
 }
@@ -379,7 +384,20 @@ CHECK source=acpi-pm name=rate status=pass value=-12 unit=ppm detail=ok
 CHECK source=tsc name=cross-cpu status=skip value=- unit=ns detail=single CPU
 CHECK source=tsc name=user-page status=pass value=1234 unit=ns detail=ring 3: 20000 reads
 CHECK source=kvmclock name=steal-time status=skip value=- unit=ns detail=no KVM signature at any hypervisor CPUID base
-4 passed, 0 failed, 2 skipped
+CHECK source=lapic-tsc-deadline name=timer-deadlines status=skip value=- unit=- detail=CPU offers no TSC-deadline mode
+CHECK source=lapic-tsc-deadline name=timer-past status=skip value=- unit=- detail=CPU offers no TSC-deadline mode
+CHECK source=lapic-tsc-deadline name=timer-cancel status=skip value=- unit=- detail=CPU offers no TSC-deadline mode
+CHECK source=lapic-tsc-deadline name=timer-long status=skip value=- unit=- detail=CPU offers no TSC-deadline mode
+CHECK source=lapic-oneshot name=timer-deadlines status=pass value=56583 unit=ns detail=median_ns=56583 max_ns=11784757 p90_ns=3628417 deadlines=1000 of 1000
+CHECK source=lapic-oneshot name=timer-past status=pass value=8523 unit=ns detail=ok
+CHECK source=lapic-oneshot name=timer-cancel status=pass value=0 unit=ns detail=ok
+CHECK source=lapic-oneshot name=timer-long status=pass value=17870 unit=ns detail=ok
+CHECK source=hpet-comparator name=timer-deadlines status=pass value=42826 unit=ns detail=median_ns=42826 max_ns=9740904 p90_ns=2993075 deadlines=1000 of 1000
+CHECK source=hpet-comparator name=timer-past status=pass value=441150 unit=ns detail=ok
+CHECK source=hpet-comparator name=timer-cancel status=pass value=0 unit=ns detail=ok
+CHECK source=hpet-comparator name=timer-long status=skip value=- unit=- detail=not applicable: 64 bits
+CHECK source=lapic-oneshot name=timer-selected status=pass value=- unit=- detail=selected, delivered its deadlines: lapic-oneshot(100, selected) hpet-comparator(50); LAPIC via xAPIC (MMIO)
+12 passed, 0 failed, 7 skipped
 ";
 
     #[test]
@@ -401,13 +419,67 @@ CHECK source=kvmclock name=steal-time status=skip value=- unit=ns detail=no KVM 
         let j = o.to_json();
         assert_eq!(j["sources"][5]["checks"][0]["value"], json!(-12));
         assert_eq!(j["sources"][3]["checks"][1]["value"], Json::Null);
+        assert_eq!(j["timers"]["selected"], json!("lapic-oneshot"));
+        assert_eq!(
+            j["timers"]["devices"][1]["lateness_median_ns"],
+            json!(56583)
+        );
+        assert_eq!(j["timers"]["devices"][2]["lateness_max_ns"], json!(9740904));
+        assert_eq!(crate::timers::selected_cell(&o), "lapic-oneshot");
+    }
+
+    #[test]
+    fn timer_rows_are_checked() {
+        // The HPET comparator's cancel failed, and the selection moved.
+        let bad = GOOD
+            .replace(
+                "source=hpet-comparator name=timer-cancel status=pass",
+                "source=hpet-comparator name=timer-cancel status=fail",
+            )
+            .replace(
+                "source=lapic-oneshot name=timer-selected status=pass",
+                "source=hpet-comparator name=timer-selected status=pass",
+            )
+            .replace("12 passed, 0 failed", "11 passed, 1 failed");
+        let o = Outcome::from_output(
+            "tcg-q35",
+            Accel::Tcg,
+            Exit::Code(QEMU_EXIT_SUCCESS),
+            0.1,
+            &bad,
+            String::new(),
+        );
+        let u = o.unexpected.join("\n");
+        assert!(u.contains("hpet-comparator timer-cancel failed"), "{u}");
+        assert!(
+            u.contains("hpet-comparator expected timer checks pass"),
+            "{u}"
+        );
+        assert!(u.contains("lapic-oneshot expected timer selected"), "{u}");
+        assert!(!u.contains("unknown source"), "{u}");
+        // A foreign row runs no timer checks: one that passes is unexpected.
+        let o = Outcome::from_output(
+            "hermit-q35",
+            Accel::Tcg,
+            Exit::Code(QEMU_EXIT_SUCCESS),
+            0.1,
+            GOOD,
+            String::new(),
+        );
+        assert!(
+            o.unexpected
+                .iter()
+                .any(|u| u.contains("expected no timer checks")),
+            "{:?}",
+            o.unexpected
+        );
     }
 
     #[test]
     fn deviations_are_reported() {
         let bad = GOOD
             .replace("source=acpi-pm name=rate status=pass", "source=acpi-pm name=rate status=fail")
-            .replace("4 passed, 0 failed", "3 passed, 1 failed")
+            .replace("12 passed, 0 failed", "11 passed, 1 failed")
             .replace("SOURCE name=hpet present=1 quality=250 freq_hz=100000000 flags=mono,smp,trap cost=one-trap selected=0 reason=", "SOURCE name=hpet present=0 reason=no table");
         let o = Outcome::from_output(
             "tcg-q35",
@@ -426,7 +498,7 @@ CHECK source=kvmclock name=steal-time status=skip value=- unit=ns detail=no KVM 
         // The ring-3 clock page check is a row of the table too.
         let no_user_page = GOOD
             .replace("CHECK source=tsc name=user-page status=pass value=1234 unit=ns detail=ring 3: 20000 reads\n", "")
-            .replace("4 passed", "3 passed");
+            .replace("12 passed", "11 passed");
         let o = Outcome::from_output(
             "tcg-q35",
             Accel::Tcg,

@@ -66,6 +66,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
     for s in SOURCES {
         let _ = write!(t, " {s:>11}");
     }
+    t.push_str("  timer (median lateness)");
     t.push('\n');
     for o in outcomes {
         let result = if !o.ran {
@@ -88,9 +89,12 @@ pub fn table(outcomes: &[Outcome]) -> String {
             let c = if o.ran { cell(o, s) } else { String::new() };
             let _ = write!(t, " {c:>11}");
         }
+        if o.ran {
+            let _ = write!(t, "  {}", timer_cell(o));
+        }
         t.push('\n');
     }
-    t.push_str("cells: pass/fail/skip checks, * selected, ! failed check, - absent\n");
+    t.push_str("cells: pass/fail/skip checks, * selected, ! failed check, - absent; timer: the device the kernel selected\n");
     for o in outcomes {
         if let Some(r) = &o.skip_reason {
             let _ = writeln!(t, "{}: skipped: {r}", o.name);
@@ -107,11 +111,27 @@ pub fn table(outcomes: &[Outcome]) -> String {
     t
 }
 
+/// The selected timer device and its median lateness (`-`: none passed).
+fn timer_cell(o: &Outcome) -> String {
+    let name = crate::timers::selected_cell(o);
+    let median = o
+        .source(name)
+        .and_then(|s| s.check("timer-deadlines"))
+        .and_then(|c| match c.value {
+            clockhal_conformance::Value::U64(v) => Some(v),
+            _ => None,
+        });
+    match median {
+        Some(ns) => format!("{name} ({:.1} us)", ns as f64 / 1_000.0),
+        None => name.to_string(),
+    }
+}
+
 /// Per-configuration clock table (sources, rating, rate, cost, selection).
 pub fn details(o: &Outcome) -> String {
     let mut t = String::new();
     let _ = writeln!(t, "== {} ({})", o.name, o.log);
-    for s in &o.sources {
+    for s in o.sources.iter().filter(|s| s.reported > 0) {
         if !s.present {
             let _ = writeln!(t, "  {:<12} absent: {}", s.name, s.reason);
             continue;
@@ -134,6 +154,16 @@ pub fn details(o: &Outcome) -> String {
         );
         for c in s.checks.iter().filter(|c| c.status != Status::Pass) {
             let _ = writeln!(t, "      {} {}: {}", c.name, c.status, c.detail);
+        }
+    }
+    // The timer devices (CHECK lines only, no SOURCE line).
+    for s in o
+        .sources
+        .iter()
+        .filter(|s| s.reported == 0 && s.checks.iter().any(|c| c.name.starts_with("timer-")))
+    {
+        for c in &s.checks {
+            let _ = writeln!(t, "  {:<18} {} {}: {}", s.name, c.name, c.status, c.detail);
         }
     }
     t

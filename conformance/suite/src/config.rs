@@ -70,6 +70,39 @@ pub const WARP_PARTNERS: usize = 3;
 /// in the selection check (medians of emulated reads jitter).
 pub const SELECTION_COST_MARGIN_PERCENT: u64 = 25;
 
+/// Deadlines the `timer-deadlines` check arms per device (upper bound of
+/// [`Config::timer_deadlines`]).
+pub const TIMER_DEADLINES: usize = 1_000;
+/// Shortest of them...
+pub const TIMER_SHORTEST: Duration = Duration::from_micros(50);
+/// ...and longest. Drawn log-uniformly in between (a fixed pseudo-random
+/// sequence): the mean is (max - min) / ln(max / min) = 1.88 ms, so 1,000
+/// of them add up to about 1.9 s per device (the boot-time budget), not the
+/// 10 s that 1,000 deadlines of up to 10 ms could take.
+pub const TIMER_LONGEST: Duration = Duration::from_millis(10);
+/// A deadline not delivered this long after it (clock time) fails its
+/// check: the device lost it. Lateness itself is measured, not bounded.
+pub const TIMER_LOST_AFTER: Duration = Duration::from_millis(500);
+/// ...but the check stops arming new ones once this much clock time has
+/// passed (a device whose every interrupt the host delays by tens of ms,
+/// measured for QEMU's HPET under this machine's KVM, would otherwise take
+/// a minute): the detail says how many were measured.
+pub const TIMER_DEADLINES_BUDGET: Duration = Duration::from_secs(12);
+/// The `timer-cancel` check waits this long past a cancelled deadline for
+/// an interrupt that must not come (longer than the interrupt latencies
+/// measured under KVM here, up to ~150 ms), after the device was quiet
+/// for as long.
+pub const TIMER_CANCEL_WAIT: Duration = Duration::from_millis(200);
+/// ...which was armed this far ahead, and cancelled within half of it (a
+/// cancel that returns later is tried again: a vCPU descheduled between
+/// arm and cancel may legitimately see the interrupt raised).
+pub const TIMER_CANCEL_AHEAD: Duration = Duration::from_millis(50);
+/// The `timer-long` check caps the device's reach at this (a test setting:
+/// real reaches are seconds to minutes)...
+pub const TIMER_LONG_CAP: Duration = Duration::from_millis(1);
+/// ...and arms a deadline this far ahead: at least five pieces.
+pub const TIMER_LONG_DEADLINE: Duration = Duration::from_millis(5);
+
 /// Every tunable of a run. [`Config::default`] uses the constants of this
 /// module; [`Config::quick`] shortens the timing checks for host tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +144,16 @@ pub struct Config {
     pub warp_partners: usize,
     /// See [`SELECTION_COST_MARGIN_PERCENT`].
     pub selection_cost_margin_percent: u64,
+    /// See [`TIMER_DEADLINES`] (clamped to 1..=[`TIMER_DEADLINES`]).
+    pub timer_deadlines: usize,
+    /// See [`TIMER_SHORTEST`].
+    pub timer_shortest: Duration,
+    /// See [`TIMER_LONGEST`].
+    pub timer_longest: Duration,
+    /// See [`TIMER_LONG_CAP`].
+    pub timer_long_cap: Duration,
+    /// See [`TIMER_LONG_DEADLINE`].
+    pub timer_long_deadline: Duration,
 }
 
 impl Default for Config {
@@ -134,6 +177,11 @@ impl Default for Config {
             warp_min_handoffs: WARP_MIN_HANDOFFS,
             warp_partners: WARP_PARTNERS,
             selection_cost_margin_percent: SELECTION_COST_MARGIN_PERCENT,
+            timer_deadlines: TIMER_DEADLINES,
+            timer_shortest: TIMER_SHORTEST,
+            timer_longest: TIMER_LONGEST,
+            timer_long_cap: TIMER_LONG_CAP,
+            timer_long_deadline: TIMER_LONG_DEADLINE,
         }
     }
 }
@@ -154,6 +202,7 @@ impl Config {
             warp_duration: Duration::from_millis(5),
             warp_max_duration: Duration::from_millis(100),
             warp_max_reads: 5_000,
+            timer_deadlines: 50,
             ..Config::default()
         }
     }

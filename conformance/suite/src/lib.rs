@@ -17,6 +17,7 @@ pub mod probed;
 mod result;
 mod steal;
 mod suite;
+mod timer;
 
 pub use clockhal_core::ClockSource;
 pub use config::Config;
@@ -25,3 +26,4 @@ pub use pause::{PauseClock, PauseHost, PauseTick};
 pub use result::{Check, CheckResult, Sink, Status, Summary, Value, DETAIL_CAPACITY};
 pub use steal::StealTime;
 pub use suite::Suite;
+pub use timer::{Deliveries, TimerSlot, TimerUnderTest, Timers, TIMER_DEVICES};

@@ -2,7 +2,8 @@
 
 use core::fmt;
 
-/// The checks the suite runs, in the order it runs them.
+/// The checks the suite runs, in the order it runs them (the pause check
+/// runs last, after the timer checks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Check {
     /// Many consecutive reads on one CPU never go backwards.
@@ -32,11 +33,26 @@ pub enum Check {
     /// keeps its source, and counts no fault or demotion (skipped where no
     /// pause is planned).
     Pause,
+    /// Per timer device: 1,000 one-shot deadlines (50 µs–10 ms) are each
+    /// delivered once, never before `now()` reaches them; lateness median
+    /// and max measured.
+    TimerDeadlines,
+    /// Per timer device: a deadline in the past is delivered at once.
+    TimerPast,
+    /// Per timer device: a cancelled deadline is not delivered and raises
+    /// no interrupt.
+    TimerCancel,
+    /// Per timer device: a deadline longer than the device's (capped)
+    /// reach arrives in pieces, never early.
+    TimerLong,
+    /// The OS's timer device selection names a present device that
+    /// delivered its deadlines.
+    TimerSelected,
 }
 
 impl Check {
     /// Every check, in run order.
-    pub const ALL: [Check; 10] = [
+    pub const ALL: [Check; 15] = [
         Check::Monotonic,
         Check::Resolution,
         Check::ReadCost,
@@ -47,6 +63,11 @@ impl Check {
         Check::Selected,
         Check::StealTime,
         Check::Pause,
+        Check::TimerDeadlines,
+        Check::TimerPast,
+        Check::TimerCancel,
+        Check::TimerLong,
+        Check::TimerSelected,
     ];
 
     /// The stable name used in result lines (`monotonic`, `read-cost`, ...).
@@ -62,6 +83,11 @@ impl Check {
             Check::Selected => "selected",
             Check::StealTime => "steal-time",
             Check::Pause => "pause",
+            Check::TimerDeadlines => "timer-deadlines",
+            Check::TimerPast => "timer-past",
+            Check::TimerCancel => "timer-cancel",
+            Check::TimerLong => "timer-long",
+            Check::TimerSelected => "timer-selected",
         }
     }
 

@@ -2,7 +2,7 @@
 
 use crate::config::{Config, MAX_SOURCES};
 use crate::result::{detail, Check, CheckResult, Detail, Sink, Status, Summary, Value};
-use crate::{checks, Cpus, PauseClock, PauseHost, StealTime};
+use crate::{checks, Cpus, PauseClock, PauseHost, StealTime, Timers};
 use clockhal_core::{ClockSource, Scale};
 
 /// Reads of an unchanged reference after which a wait gives up.
@@ -30,6 +30,7 @@ pub struct Suite<'a> {
     selection: Option<Option<&'a str>>,
     steal: Option<&'a dyn StealTime>,
     pause: Option<(&'a dyn PauseClock, &'a dyn PauseHost)>,
+    timers: Option<Timers<'a>>,
     config: Config,
 }
 
@@ -53,6 +54,7 @@ impl<'a> Suite<'a> {
             selection: None,
             steal: None,
             pause: None,
+            timers: None,
             config: Config::default(),
         }
     }
@@ -111,6 +113,19 @@ impl<'a> Suite<'a> {
         self
     }
 
+    /// Runs the timer checks ([`Check::TimerDeadlines`], [`Check::TimerPast`],
+    /// [`Check::TimerCancel`], [`Check::TimerLong`] per device,
+    /// [`Check::TimerSelected`]) over the kernel's timer devices. Without
+    /// this call they are all skipped ("the kernel gives the suite no
+    /// timer interrupts"), one per name in
+    /// [`TIMER_DEVICES`](crate::TIMER_DEVICES).
+    ///
+    /// Interrupt-safe: yes (stores the references).
+    pub fn timers(mut self, timers: Timers<'a>) -> Suite<'a> {
+        self.timers = Some(timers);
+        self
+    }
+
     /// Runs every check and reports each result to `sink`.
     pub fn run(&self, sink: &mut dyn Sink) -> Summary {
         let n = self.sources.len().min(MAX_SOURCES);
@@ -152,6 +167,7 @@ impl<'a> Suite<'a> {
         if let Some(steal) = self.steal {
             checks::steal::run(&ctx, &mut rep, steal);
         }
+        checks::timer::run(&ctx, &mut rep, self.timers.as_ref());
         if let Some((clock, host)) = self.pause {
             checks::pause::run(&ctx, &mut rep, clock, host);
         }

@@ -123,3 +123,75 @@ pub fn for_each_local_apic(rsdp_paddr: u64, mut f: impl FnMut(LocalApic)) -> boo
     }
     true
 }
+
+/// One I/O APIC from the MADT (entry type 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoApicEntry {
+    /// Its I/O APIC ID.
+    pub id: u8,
+    /// Physical address of its register window (IOREGSEL; IOWIN at +0x10).
+    pub address: u32,
+    /// The first GSI its inputs serve.
+    pub gsi_base: u32,
+}
+
+/// One interrupt source override from the MADT (entry type 2): ISA IRQ
+/// `source` arrives at `gsi` with `flags` (MPS INTI: bits 1:0 polarity,
+/// 3:2 trigger mode; 0 = conforming to the bus).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceOverride {
+    /// The ISA IRQ.
+    pub source: u8,
+    /// Where it arrives.
+    pub gsi: u32,
+    /// MPS INTI flags.
+    pub flags: u16,
+}
+
+/// Calls `io` for every I/O APIC entry and `iso` for every interrupt
+/// source override of the MADT, in table order. Returns `false` if there
+/// is no valid MADT.
+pub fn for_each_interrupt_entry(
+    rsdp_paddr: u64,
+    mut io: impl FnMut(IoApicEntry),
+    mut iso: impl FnMut(SourceOverride),
+) -> bool {
+    let Some(AcpiTable { phys: madt, len }) = find_table(rsdp_paddr, "APIC") else {
+        return false;
+    };
+    let end = madt + u64::from(len);
+    let mut at = madt + HEADER_LEN + 8;
+    while at + 2 <= end {
+        // SAFETY: `at + 2 <= end`: inside the validated table.
+        let [kind, entry_len]: [u8; 2] = unsafe { phys::read(at) };
+        let entry_len = u64::from(entry_len);
+        if entry_len < 2 || at + entry_len > end {
+            break; // malformed: stop rather than read past the table
+        }
+        match (kind, entry_len) {
+            (1, 12..) => {
+                // SAFETY: a 12-byte type-1 entry lies inside the table:
+                // type, length, id, reserved, address (u32), GSI base (u32).
+                let [_, _, id, _]: [u8; 4] = unsafe { phys::read(at) };
+                // SAFETY: as above.
+                let address: u32 = unsafe { phys::read(at + 4) };
+                // SAFETY: as above.
+                let gsi_base: u32 = unsafe { phys::read(at + 8) };
+                io(IoApicEntry { id, address, gsi_base });
+            }
+            (2, 10..) => {
+                // SAFETY: a 10-byte type-2 entry lies inside the table:
+                // type, length, bus, source, GSI (u32), flags (u16).
+                let [_, _, _, source]: [u8; 4] = unsafe { phys::read(at) };
+                // SAFETY: as above.
+                let gsi: u32 = unsafe { phys::read(at + 4) };
+                // SAFETY: as above.
+                let flags: u16 = unsafe { phys::read(at + 8) };
+                iso(SourceOverride { source, gsi, flags });
+            }
+            _ => {}
+        }
+        at += entry_len;
+    }
+    true
+}

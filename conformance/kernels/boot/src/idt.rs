@@ -1,11 +1,13 @@
-//! Exception handling: an IDT for vectors 0..31 shared by all CPUs.
+//! Exception and interrupt entry: one IDT of 256 vectors shared by all CPUs.
 //!
+//! Vectors 32..=255 are interrupts: they go to [`crate::irq::dispatch`]
+//! (the kernel's registered handler, then the LAPIC EOI), at any CPL.
 //! #GP and #UD at an MSR-probe instruction resume at the probe's fault stub
 //! (see [`crate::msr`]); every exception at CPL3 goes to [`crate::ring3`]
 //! (its system calls, and ring-3 faults, which end that run). Every other
 //! exception prints the vector, error code,
 //! RIP, CR2 and CPU and exits QEMU with [`EXIT_FAILURE`](crate::EXIT_FAILURE).
-//! Interrupts stay disabled throughout: there are no IRQ vectors.
+//! Interrupts are enabled only where a kernel asks ([`crate::irq::wait`]).
 
 use core::arch::{asm, global_asm};
 use core::cell::UnsafeCell;
@@ -13,7 +15,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{cpu, gdt, msr, smp};
 
-const VECTORS: usize = 32;
+/// Exceptions: vectors 0..31, each with its own stub.
+const EXCEPTIONS: usize = 32;
+/// The whole IDT.
+const VECTORS: usize = 256;
+/// Bytes per interrupt stub (vectors 32..255; `.balign`ed, see the asm).
+const IRQ_STUB_SIZE: u64 = 16;
 const GP: u64 = 13;
 const UD: u64 = 6;
 
@@ -67,6 +74,21 @@ CLOCKHAL_ISR_ERR 29
 CLOCKHAL_ISR_ERR 30
 CLOCKHAL_ISR_NOERR 31
 
+/* Interrupt vectors 32..255: one 16-byte stub each (push 0 = 2 bytes, push
+ * vector <= 5, jmp rel32 = 5), so stub n is at
+ * clockhal_boot_irq_stubs + 16 * (n - 32). */
+.balign 16
+.global clockhal_boot_irq_stubs
+clockhal_boot_irq_stubs:
+.set clockhal_boot_irq_vector, 32
+.rept 224
+.balign 16
+    pushq $0
+    pushq $clockhal_boot_irq_vector
+    jmp clockhal_boot_isr_common
+.set clockhal_boot_irq_vector, clockhal_boot_irq_vector + 1
+.endr
+
 /* Saves the caller-saved registers (the handler saves the rest), passes the
  * frame in rdi. The stack stays 16-byte aligned at the call: the CPU aligns
  * it before pushing 5 words, plus error, vector and 9 registers = 16 words. */
@@ -112,7 +134,8 @@ clockhal_boot_isr_table:
 );
 
 extern "C" {
-    static clockhal_boot_isr_table: [u64; VECTORS];
+    static clockhal_boot_isr_table: [u64; EXCEPTIONS];
+    static clockhal_boot_irq_stubs: u8;
 }
 
 /// What `clockhal_boot_isr_common` leaves on the stack.
@@ -141,6 +164,12 @@ static REPORTING: AtomicBool = AtomicBool::new(false);
 
 #[unsafe(no_mangle)]
 extern "C" fn clockhal_boot_exception(frame: &mut ExceptionFrame) {
+    // An interrupt (at any CPL: the kernel may enable interrupts around
+    // ring 3 too): the registered handler, EOI, back where it hit.
+    if frame.vector >= EXCEPTIONS as u64 {
+        crate::irq::dispatch(frame.vector as u8);
+        return;
+    }
     if frame.cs & 3 == 3 {
         // An exception in ring 3 (a system call or a fault): the kernel
         // continues where it entered ring 3 (see ring3).
@@ -233,10 +262,13 @@ static IDT: Idt = Idt(UnsafeCell::new([[0; 2]; VECTORS]));
 pub(crate) fn init() {
     // SAFETY: the table holds 32 handler addresses emitted by the asm above.
     let handlers = unsafe { &*core::ptr::addr_of!(clockhal_boot_isr_table) };
+    // The interrupt stubs: 224 of IRQ_STUB_SIZE bytes from this symbol.
+    let irq_stubs = core::ptr::addr_of!(clockhal_boot_irq_stubs) as u64;
+    let irq_handlers = (EXCEPTIONS as u64..VECTORS as u64).map(|v| irq_stubs + IRQ_STUB_SIZE * (v - EXCEPTIONS as u64));
     // SAFETY: only the boot CPU runs now and nothing has loaded the IDT yet,
     // so this is the only reference to the table.
     let idt = unsafe { &mut *IDT.0.get() };
-    for (gate, &handler) in idt.iter_mut().zip(handlers) {
+    for (gate, handler) in idt.iter_mut().zip(handlers.iter().copied().chain(irq_handlers)) {
         // Present, DPL 0, 64-bit interrupt gate (IF cleared on entry), IST 0.
         let type_attr: u64 = 0x8E;
         gate[0] =

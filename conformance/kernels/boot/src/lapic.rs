@@ -3,7 +3,8 @@
 //!
 //! Uses xAPIC MMIO at the IA32_APIC_BASE address (0xFEE00000 under QEMU,
 //! mapped uncached), or the x2APIC MSRs if firmware already switched to
-//! x2APIC mode. Interrupts are never enabled, so no vectors are set up.
+//! x2APIC mode. Interrupt delivery (SVR, TPR, EOI, the timer backstop) is
+//! [`crate::irq`]'s.
 
 use core::ptr::{read_volatile, write_volatile};
 
@@ -83,9 +84,10 @@ impl Lapic {
     pub(crate) fn write(self, mmio_offset: u64, msr_index: u32, value: u32) {
         match self {
             // SAFETY: a local APIC register in the uncached identity map; the
-            // registers written here (SVR; the timer's masked LVT entry,
-            // divide configuration and initial count) do not affect memory
-            // and deliver no interrupt.
+            // registers written here (SVR, TPR; the timer's LVT entry,
+            // divide configuration and initial count) do not affect memory;
+            // an interrupt they cause goes to a vector of the IDT, taken
+            // only where `irq` enables interrupts.
             Lapic::XApic(base) => unsafe { write_volatile((base + mmio_offset) as *mut u32, value) },
             // SAFETY: x2APIC mode is on, so the register MSR exists.
             Lapic::X2Apic => unsafe { msr::wrmsr(msr_index, u64::from(value)) },

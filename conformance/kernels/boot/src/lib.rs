@@ -11,6 +11,9 @@
 //!   `isa-debug-exit`, and a panic handler;
 //! * an IDT for vectors 0..31 whose #GP/#UD handler recovers [`try_rdmsr`] and
 //!   [`try_wrmsr`]; any other exception is reported and fails the run;
+//! * interrupts (vectors 32..=255) on the boot CPU: [`irq`] (handlers, LAPIC
+//!   EOI, the 8259 remapped and masked, a bounded [`irq::wait`] with
+//!   interrupts on) and [`ioapic`] (a GSI from the MADT routed to a vector);
 //! * ring 3: [`ring3::init`], [`ring3::enter`] / [`ring3::resume`] run a
 //!   function of the image at CPL3 until its next system call or fault;
 //! * [`handoff::jump`]: a loader's jump into another kernel that inherits
@@ -48,6 +51,8 @@ mod gdt;
 pub mod handoff;
 mod hw;
 mod idt;
+pub mod ioapic;
+pub mod irq;
 mod lapic;
 mod msr;
 mod paging;

@@ -3,8 +3,10 @@
 //! Boots under QEMU (PVH, via clockhal-boot), starts the other vCPUs, runs
 //! the TSC warp test, probes every clockhal backend through the facade
 //! (kvmclock registered on every vCPU), runs the conformance suite on every
-//! constructed source (and samples the clock across the runner's QMP
-//! `stop`/`cont` where it plans one: [`pause`]), reads the user clock page from ring 3 while switching
+//! constructed source, runs its timer checks on the boot CPU's interrupts
+//! ([`timers`]: TSC-deadline, LAPIC one-shot, HPET comparator), samples
+//! the clock across the runner's QMP
+//! `stop`/`cont` where it plans one ([`pause`]), reads the user clock page from ring 3 while switching
 //! sources ([`userpage`]), and prints the result lines that `clockhal-matrix`
 //! parses (format: `clockhal_conformance::line`). Exits through
 //! isa-debug-exit: success only when no check failed.
@@ -17,6 +19,7 @@ mod cpuid_dump;
 mod cpus;
 mod pause;
 mod table;
+mod timers;
 mod userpage;
 mod userprog;
 
@@ -70,6 +73,8 @@ fn kmain(info: &'static BootInfo) -> ! {
     // SAFETY: clockhal-boot identity maps the low 4 GiB; ACPI tables are
     // plain memory there.
     let phys = unsafe { OffsetMapping::new(0, IDENTITY_LIMIT) };
+    // The HPET's window, kept for its comparator (the timer checks).
+    let hpet_region = core::cell::Cell::new(None);
     let mut map_hpet = |base: u64, len: usize| {
         let end = base.checked_add(len as u64)?;
         if base < UNCACHED_BASE || end > IDENTITY_LIMIT {
@@ -77,7 +82,9 @@ fn kmain(info: &'static BootInfo) -> ! {
         }
         // SAFETY: base..end lies in clockhal-boot's uncached identity map,
         // and ACPI says the HPET's registers are there.
-        unsafe { MmioRegion::new(base as usize, len) }
+        let region = unsafe { MmioRegion::new(base as usize, len) };
+        hpet_region.set(region);
+        region
     };
     let mut platform = Platform::new()
         .hpet_mapper(&mut map_hpet)
@@ -158,13 +165,7 @@ fn kmain(info: &'static BootInfo) -> ! {
         .selected(selected);
     // The runner's QMP stop/cont, where its command line plans one.
     let host = pause::SerialHost::from_cmdline(info.cmdline);
-    let mut summary = match &clock {
-        // Steal time on the boot CPU, judged against the reference; the
-        // clock sampled across a host pause.
-        Some(clock) => suite.steal(clock).pause(clock, &host),
-        None => suite,
-    }
-    .run(&mut |r: &CheckResult<'_>| {
+    let mut sink = |r: &CheckResult<'_>| {
         if r.check == Check::ReadCost {
             if let (Some(i), Value::U64(c)) = (
                 SOURCE_IDS
@@ -176,7 +177,29 @@ fn kmain(info: &'static BootInfo) -> ! {
             }
         }
         let _ = line::write_check(&mut clockhal_boot::serial::lock(), r);
-    });
+    };
+    let mut summary = match &clock {
+        // Steal time on the boot CPU, judged against the reference; timer
+        // deadlines through interrupts on the boot CPU; the clock sampled
+        // across a host pause.
+        Some(clock) => {
+            let tsc = sources
+                .as_slice()
+                .iter()
+                .find(|s| s.name() == "tsc")
+                .map(|s| s.frequency());
+            let devices =
+                timers::Devices::probe(hw, clock, info.rsdp_paddr, tsc, hpet_region.get());
+            timers::with_timers(clock, &devices, |t| {
+                suite
+                    .steal(clock)
+                    .timers(t)
+                    .pause(clock, &host)
+                    .run(&mut sink)
+            })
+        }
+        None => suite.run(&mut sink),
+    };
 
     // What the host wrote into the boot CPU's steal-time area (version 0:
     // it never wrote it).

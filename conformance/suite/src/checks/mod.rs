@@ -7,5 +7,6 @@ pub(crate) mod pause;
 pub(crate) mod rate;
 pub(crate) mod selection;
 pub(crate) mod steal;
+pub(crate) mod timer;
 pub(crate) mod warp;
 pub(crate) mod wrap;
