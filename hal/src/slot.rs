@@ -379,6 +379,7 @@ impl PerCpuSlots {
     }
 
     /// All slots empty (loom's atomics: no `const`).
+    /// Interrupt-safe: yes.
     #[cfg(all(loom, clockhal_loom_slots))]
     pub fn new() -> PerCpuSlots {
         PerCpuSlots {
@@ -571,6 +572,7 @@ impl SlotPool {
     }
 
     /// Every set free (loom's atomics: no `const`).
+    /// Interrupt-safe: yes.
     #[cfg(all(loom, clockhal_loom_slots))]
     pub fn new() -> SlotPool {
         SlotPool {
