@@ -14,6 +14,8 @@
 //! * interrupts (vectors 32..=255) on the boot CPU: [`irq`] (handlers, LAPIC
 //!   EOI, the 8259 remapped and masked, a bounded [`irq::wait`] with
 //!   interrupts on) and [`ioapic`] (a GSI from the MADT routed to a vector);
+//! * with feature `critical-section`, the kernel's `critical-section`
+//!   implementation (interrupts masked while held; boot CPU only);
 //! * ring 3: [`ring3::init`], [`ring3::enter`] / [`ring3::resume`] run a
 //!   function of the image at CPL3 until its next system call or fault;
 //! * [`handoff::jump`]: a loader's jump into another kernel that inherits
@@ -45,6 +47,8 @@
 pub mod acpi;
 mod apic_timer;
 mod cpu;
+#[cfg(feature = "critical-section")]
+mod critical_section;
 mod entry;
 mod exit;
 mod gdt;
