@@ -331,6 +331,21 @@ impl Default for Text {
     }
 }
 
+/// `Text::from(format_args!(...))`: formatted into a new buffer.
+impl From<fmt::Arguments<'_>> for Text {
+    fn from(args: fmt::Arguments<'_>) -> Text {
+        let mut t = Text::new();
+        let _ = t.write_fmt(args);
+        t
+    }
+}
+
+impl fmt::Display for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Write for Text {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         for ch in s.chars() {

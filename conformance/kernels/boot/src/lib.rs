@@ -118,6 +118,22 @@ pub fn boot_info() -> Option<&'static BootInfo> {
     start_info::get()
 }
 
+/// The present entries of `items`, in order, as `(array, n)` with the
+/// entries in `array[..n]` (the slots past `n` repeat the first): a list
+/// of optional devices (the timer candidates a kernel hands to
+/// `Clock::select_timer`) as a slice, without an allocator or a
+/// placeholder device. `None` when no entry is present.
+pub fn present<T: Copy, const N: usize>(items: [Option<T>; N]) -> Option<([T; N], usize)> {
+    let first = items.iter().flatten().next().copied()?;
+    let mut out = [first; N];
+    let mut n = 0;
+    for item in items.into_iter().flatten() {
+        out[n] = item;
+        n += 1;
+    }
+    Some((out, n))
+}
+
 extern "Rust" {
     /// Defined by [`entry!`] in the kernel binary.
     fn __clockhal_boot_kmain(info: &'static BootInfo) -> !;

@@ -176,20 +176,12 @@ pub fn run(
         return false;
     }
     let devices = DEVICES.call_once(|| probe(hw, clock, hpet, rsdp));
-    let mut present: [&dyn TimerDevice; 3] = [&NoDevice; 3];
-    let mut n = 0;
-    for d in [
+    let present = clockhal_boot::present([
         devices.tsc_deadline.as_ref().map(|d| d as &dyn TimerDevice),
         devices.oneshot.as_ref().map(|d| d as &dyn TimerDevice),
         devices.hpet.as_ref().map(|d| &d.0 as &dyn TimerDevice),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        present[n] = d;
-        n += 1;
-    }
-    let choice = clock.select_timer(&present[..n]);
+    ]);
+    let choice = clock.select_timer(present.as_ref().map_or(&[][..], |(p, n)| &p[..*n]));
     println!("async: timer choice: {choice:#}");
     let Some(device) = choice.selected() else {
         println!("demo: async: FAILED: no usable timer device ({choice})");
@@ -442,33 +434,6 @@ fn shut_down(d: &Devices) {
         c.cancel();
         io.mask(*gsi);
     }
-}
-
-/// A placeholder for unused slots of the candidate list (never used).
-struct NoDevice;
-impl TimerDevice for NoDevice {
-    fn descriptor(&self) -> clockhal::timer::TimerDescriptor {
-        clockhal::timer::TimerDescriptor {
-            name: "none",
-            scope: clockhal::timer::TimerScope::Global,
-            mode: clockhal::timer::TimerMode::Delta,
-            max_delta_ticks: 0,
-            min_delta_ticks: 1,
-            resolution_ns: 1,
-            traps_per_arm: 0,
-            needs_calibrated_rate: false,
-            stops_in_deep_idle: false,
-            rating: 0,
-            rating_reason: "placeholder",
-        }
-    }
-    fn rate(&self) -> Option<Frequency> {
-        None
-    }
-    fn program(&self, _ticks: u64) -> Result<(), clockhal::timer::TimerError> {
-        Err(clockhal::timer::TimerError::Unsupported)
-    }
-    fn cancel(&self) {}
 }
 
 /// A fixed buffer for part of the result line (no allocator here).

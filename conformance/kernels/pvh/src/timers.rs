@@ -13,7 +13,7 @@
 // here): large, but built once per device at boot.
 #![allow(clippy::result_large_err)]
 
-use core::fmt::{self, Write};
+use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use clockhal::hpet::comparator::{HpetComparator, HpetRoute};
@@ -25,6 +25,7 @@ use clockhal::x86::MmioRegion;
 use clockhal::{Clock, Duration, Frequency, Instant};
 use clockhal_boot::ioapic::{IoApic, Trigger};
 use clockhal_boot::{irq, println, ApicTimer, BootHw};
+use clockhal_conformance::line::Text;
 use clockhal_conformance::{Deliveries, TimerSlot, TimerUnderTest, Timers, TIMER_DEVICES};
 use clockhal_lapic_timer::{LapicOneShot, LapicTscDeadline};
 
@@ -41,52 +42,6 @@ const WATCHDOG_EVERY: Duration = Duration::from_millis(250);
 const BACKSTOP_TICKS: u32 = 125_000;
 /// IA32_APIC_BASE.
 const MSR_APIC_BASE: u32 = 0x1B;
-
-/// A short text kept with a device (why it is absent).
-pub struct Text {
-    buf: [u8; 160],
-    len: usize,
-}
-
-impl Text {
-    const fn new() -> Text {
-        Text {
-            buf: [0; 160],
-            len: 0,
-        }
-    }
-
-    fn from(args: fmt::Arguments<'_>) -> Text {
-        let mut t = Text::new();
-        let _ = t.write_fmt(args);
-        t
-    }
-
-    pub fn as_str(&self) -> &str {
-        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
-    }
-}
-
-impl fmt::Display for Text {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Write for Text {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for ch in s.chars() {
-            let mut tmp = [0u8; 4];
-            let enc = ch.encode_utf8(&mut tmp).as_bytes();
-            if self.len + enc.len() > self.buf.len() {
-                break;
-            }
-            self.buf[self.len..self.len + enc.len()].copy_from_slice(enc);
-            self.len += enc.len();
-        }
-        Ok(())
-    }
-}
 
 /// The three devices, or why each is absent.
 pub struct Devices {
@@ -174,25 +129,17 @@ impl Devices {
         }
     }
 
-    /// Every present device, best first as listed.
-    pub fn present(&self) -> ([&dyn TimerDevice; 3], usize) {
-        let mut v: [&dyn TimerDevice; 3] = [&NONE_DEVICE; 3];
-        let mut n = 0;
-        for d in [
+    /// Every present device, best first as listed
+    /// ([`clockhal_boot::present`]).
+    pub fn present(&self) -> Option<([&dyn TimerDevice; 3], usize)> {
+        clockhal_boot::present([
             self.tsc_deadline
                 .as_ref()
                 .ok()
                 .map(|d| d as &dyn TimerDevice),
             self.oneshot.as_ref().ok().map(|d| d as &dyn TimerDevice),
             self.hpet.as_ref().ok().map(|d| d as &dyn TimerDevice),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            v[n] = d;
-            n += 1;
-        }
-        (v, n)
+        ])
     }
 
     /// Masks everything again (after the checks: the kernel then runs with
@@ -213,34 +160,6 @@ impl Devices {
         irq::clear_handler(VEC_LAPIC);
         irq::clear_handler(VEC_HPET);
     }
-}
-
-/// A placeholder for unused slots of [`Devices::present`] (never used).
-struct NoneDevice;
-static NONE_DEVICE: NoneDevice = NoneDevice;
-impl TimerDevice for NoneDevice {
-    fn descriptor(&self) -> TimerDescriptor {
-        TimerDescriptor {
-            name: "none",
-            scope: clockhal::timer::TimerScope::Global,
-            mode: TimerMode::Delta,
-            max_delta_ticks: 0,
-            min_delta_ticks: 1,
-            resolution_ns: 1,
-            traps_per_arm: 0,
-            needs_calibrated_rate: false,
-            stops_in_deep_idle: false,
-            rating: 0,
-            rating_reason: "placeholder",
-        }
-    }
-    fn rate(&self) -> Option<Frequency> {
-        None
-    }
-    fn program(&self, _ticks: u64) -> Result<(), TimerError> {
-        Err(TimerError::Unsupported)
-    }
-    fn cancel(&self) {}
 }
 
 fn lapic_access(hw: &BootHw) -> Result<ApicAccess, Text> {
@@ -700,8 +619,8 @@ pub fn with_timers<R>(
             reason: why.as_str(),
         },
     });
-    let (present, n) = devices.present();
-    let choice = clock.select_timer(&present[..n]);
+    let present = devices.present();
+    let choice = clock.select_timer(present.as_ref().map_or(&[][..], |(p, n)| &p[..*n]));
     println!("kernel: timers: choice: {choice:#}");
     let reason = choice_text(&choice, devices);
     let selected = choice.selected().map(|d| d.descriptor().name);
