@@ -76,20 +76,7 @@ pub struct LocalApic {
 /// order: type 0 (xAPIC) and type 9 (x2APIC) entries. Returns `false` if
 /// there is no valid MADT.
 pub fn for_each_local_apic(rsdp_paddr: u64, mut f: impl FnMut(LocalApic)) -> bool {
-    let Some(AcpiTable { phys: madt, len }) = find_table(rsdp_paddr, "APIC") else {
-        return false;
-    };
-    let len = u64::from(len);
-    // Entries follow the header, the local APIC address (u32) and flags (u32).
-    let mut at = madt + HEADER_LEN + 8;
-    let end = madt + len;
-    while at + 2 <= end {
-        // SAFETY: `at + 2 <= end`: inside the validated table.
-        let [kind, entry_len]: [u8; 2] = unsafe { phys::read(at) };
-        let entry_len = u64::from(entry_len);
-        if entry_len < 2 || at + entry_len > end {
-            break; // malformed: stop rather than read past the table
-        }
+    for_each_madt_entry(rsdp_paddr, |kind, at, entry_len| {
         match (kind, entry_len) {
             (0, 8..) => {
                 // SAFETY: an 8-byte type-0 entry lies inside the table.
@@ -119,6 +106,27 @@ pub fn for_each_local_apic(rsdp_paddr: u64, mut f: impl FnMut(LocalApic)) -> boo
             }
             _ => {}
         }
+    })
+}
+
+/// Calls `f(type, address, length)` for every entry of the MADT, in
+/// table order, stopping at a malformed one (a length below 2 or past
+/// the table). Returns `false` if there is no valid MADT.
+fn for_each_madt_entry(rsdp_paddr: u64, mut f: impl FnMut(u8, u64, u64)) -> bool {
+    let Some(AcpiTable { phys: madt, len }) = find_table(rsdp_paddr, "APIC") else {
+        return false;
+    };
+    let end = madt + u64::from(len);
+    // Entries follow the header, the local APIC address (u32) and flags (u32).
+    let mut at = madt + HEADER_LEN + 8;
+    while at + 2 <= end {
+        // SAFETY: `at + 2 <= end`: inside the validated table.
+        let [kind, entry_len]: [u8; 2] = unsafe { phys::read(at) };
+        let entry_len = u64::from(entry_len);
+        if entry_len < 2 || at + entry_len > end {
+            break; // malformed: stop rather than read past the table
+        }
+        f(kind, at, entry_len);
         at += entry_len;
     }
     true
@@ -156,18 +164,7 @@ pub fn for_each_interrupt_entry(
     mut io: impl FnMut(IoApicEntry),
     mut iso: impl FnMut(SourceOverride),
 ) -> bool {
-    let Some(AcpiTable { phys: madt, len }) = find_table(rsdp_paddr, "APIC") else {
-        return false;
-    };
-    let end = madt + u64::from(len);
-    let mut at = madt + HEADER_LEN + 8;
-    while at + 2 <= end {
-        // SAFETY: `at + 2 <= end`: inside the validated table.
-        let [kind, entry_len]: [u8; 2] = unsafe { phys::read(at) };
-        let entry_len = u64::from(entry_len);
-        if entry_len < 2 || at + entry_len > end {
-            break; // malformed: stop rather than read past the table
-        }
+    for_each_madt_entry(rsdp_paddr, |kind, at, entry_len| {
         match (kind, entry_len) {
             (1, 12..) => {
                 // SAFETY: a 12-byte type-1 entry lies inside the table:
@@ -191,7 +188,5 @@ pub fn for_each_interrupt_entry(
             }
             _ => {}
         }
-        at += entry_len;
-    }
-    true
+    })
 }
