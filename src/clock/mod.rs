@@ -491,9 +491,8 @@ impl<H: Hardware + Clone> Clock<H> {
             self.offsets[i].store(start.wrapping_sub(source_ns), Ordering::Release);
         } else if let Some(src) = self.backends.source(id) {
             if self.scale_of(SourceId::Tsc.index()).is_some() {
-                let cpu = (self.hw.cpu_index() & 0xFF) as u64;
                 self.device_tsc
-                    .store((self.hw.rdtsc() & !0xFF) | cpu, Ordering::Release);
+                    .store(self.device_stamp(), Ordering::Release);
             }
             self.base_ticks[i].store(src.read(), Ordering::Release);
             self.base_ns[i].store(start, Ordering::Release);

@@ -214,13 +214,12 @@ impl<H: Hardware + Clone> Clock<H> {
         ) else {
             return Some(src.read());
         };
-        // The stamp carries the CPU that took it in its low byte (256
-        // cycles do not matter here): another CPU's TSC measures the gap
-        // only where the TSCs are known to agree across CPUs.
-        let cpu = (self.hw.cpu_index() & 0xFF) as u64;
-        let tsc = (self.hw.rdtsc() & !0xFF) | cpu;
+        // Another CPU's TSC measures the gap only where the TSCs are known
+        // to agree across CPUs.
+        let tsc = self.device_stamp();
+        let cpu = tsc & 0xFF;
         let any_cpu = self.ordered[SourceId::Tsc.index()];
-        let span = |tsc: u64| {
+        let span = || {
             let stamp = self.device_tsc.load(Acquire);
             if stamp & 0xFF != cpu && !any_cpu {
                 return None;
@@ -229,18 +228,13 @@ impl<H: Hardware + Clone> Clock<H> {
             let span = self.scale_of(i)?.ns_to_ticks(tsc_scale.ticks_to_ns(gap));
             (span >= interval).then_some(span)
         };
-        let ticks = match span(tsc) {
+        let ticks = match span() {
             None => src.read(),
+            Some(_) if self.spanning.swap(true, Acquire) => return None,
             Some(_) => {
-                if self.spanning.swap(true, Acquire) {
-                    return None;
-                }
                 // Again under the flag: another reader may have just
                 // recovered the gap.
-                let ticks = match span(tsc) {
-                    Some(s) => src.read_spanning(s),
-                    None => src.read(),
-                };
+                let ticks = span().map_or_else(|| src.read(), |s| src.read_spanning(s));
                 self.device_tsc.store(tsc, Release);
                 self.spanning.store(false, Release);
                 return Some(ticks);
@@ -251,6 +245,13 @@ impl<H: Hardware + Clone> Clock<H> {
         // check then declines.
         self.device_tsc.store(tsc, Release);
         Some(ticks)
+    }
+
+    /// The TSC now as a stamp of a device reading: the calling CPU in the
+    /// low byte (256 cycles do not matter to a gap of half a wrap).
+    #[inline]
+    pub(crate) fn device_stamp(&self) -> u64 {
+        (self.hw.rdtsc() & !0xFF) | (self.hw.cpu_index() & 0xFF) as u64
     }
 
     /// Device `i`'s reading `ticks` on the clock's timeline: from the base
