@@ -335,3 +335,62 @@ fn another_cpu_s_tsc_offset_adds_no_wrap_to_the_current_pm_timer() {
         last = t;
     }
 }
+
+#[test]
+#[ignore = "known defect (issue 26 note, stop 33): on two CPUs whose TSCs are not known to be ordered, the gap is measured only on the CPU that took the stamp; the other CPU's held reads retake it, and both hold at the pre-gap value"]
+fn two_cpus_reading_at_once_after_an_idle_gap_lose_no_wrap() {
+    // The idle 32-bit HPET of `idle_narrow_hpet`, read by two CPUs at once
+    // right after the gap (one recovers the wraps, the other holds
+    // meanwhile), with time moving on under them: every reading after the
+    // gap counts it, and neither CPU ever goes back.
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_invariant_tsc(true)
+            .with_cpus(2, &[0, 0])
+            .with_hpet(HpetConfig::qemu().narrow())
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .build(),
+    );
+    let (c, _) = clock(m);
+    c.force(SourceId::Hpet).unwrap();
+    for _ in 0..4 {
+        m.advance(ms(250));
+        c.watchdog_tick();
+    }
+    for round in 0..3 {
+        let (t0, n0) = (c.now().as_nanos(), m.now_ns());
+        m.advance(ms(30_000));
+        let gap = m.now_ns() - n0;
+        let go = std::sync::Barrier::new(3);
+        std::thread::scope(|s| {
+            for cpu in 0..2 {
+                let (c, go) = (&c, &go);
+                s.spawn(move || {
+                    m.set_cpu(cpu);
+                    go.wait();
+                    let mut last = 0;
+                    let mut fresh = 0;
+                    for _ in 0..2_000 {
+                        let t = c.now().as_nanos();
+                        assert!(t >= last, "round {round} cpu {cpu}: back {last} -> {t}");
+                        fresh += usize::from(t > last);
+                        last = t;
+                    }
+                    // Held reads while the other CPU recovered are fine;
+                    // the readings end past the gap.
+                    assert!(fresh > 0, "round {round} cpu {cpu}: never moved");
+                    assert!(
+                        last - t0 >= gap - ms(5),
+                        "round {round} cpu {cpu}: {} ns after a {gap} ns gap",
+                        last - t0
+                    );
+                });
+            }
+            go.wait();
+            for _ in 0..200 {
+                m.advance(10_000);
+                std::thread::yield_now();
+            }
+        });
+    }
+}
