@@ -358,6 +358,12 @@ fn past(rep: &mut Reporter<'_>, t: &dyn TimerUnderTest) {
     );
 }
 
+/// Tries at arming and cancelling in time (a cancel that returns more than
+/// half the lead after the arm says nothing): a loaded KVM host
+/// deschedules the vCPU across the HPET's trapping writes often enough
+/// that 3 tries all came late in one matrix run of 4.
+const CANCEL_ATTEMPTS: u32 = 8;
+
 /// `timer-cancel`.
 fn cancel(rep: &mut Reporter<'_>, t: &dyn TimerUnderTest) {
     let mut report = |status: Status, value: Value, d: &Detail| {
@@ -400,11 +406,11 @@ fn cancel(rep: &mut Reporter<'_>, t: &dyn TimerUnderTest) {
         if t.now_ns() < deadline - ahead / 2 {
             break (before, deadline, was_pending);
         }
-        if attempt == 3 {
+        if attempt == CANCEL_ATTEMPTS {
             return report(
                 Status::Skip,
                 Value::None,
-                &detail!("the cancel returned more than {} ms after the arm 3 times (a descheduled vCPU)", ahead / 2_000_000),
+                &detail!("the cancel returned more than {} ms after the arm {CANCEL_ATTEMPTS} times (a descheduled vCPU)", ahead / 2_000_000),
             );
         }
         // Let what the late cancel may have let through arrive.
