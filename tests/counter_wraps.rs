@@ -337,7 +337,6 @@ fn another_cpu_s_tsc_offset_adds_no_wrap_to_the_current_pm_timer() {
 }
 
 #[test]
-#[ignore = "known defect (issue 26 note, stop 33): on two CPUs whose TSCs are not known to be ordered, the gap is measured only on the CPU that took the stamp; the other CPU's held reads retake it, and both hold at the pre-gap value"]
 fn two_cpus_reading_at_once_after_an_idle_gap_lose_no_wrap() {
     // The idle 32-bit HPET of `idle_narrow_hpet`, read by two CPUs at once
     // right after the gap (one recovers the wraps, the other holds
@@ -356,6 +355,12 @@ fn two_cpus_reading_at_once_after_an_idle_gap_lose_no_wrap() {
     for _ in 0..4 {
         m.advance(ms(250));
         c.watchdog_tick();
+    }
+    // Each CPU reads once before the first gap: its TSC is the witness of
+    // the gap on that CPU (these TSCs are not known to agree across CPUs,
+    // so one CPU's pair says nothing about the other's gap).
+    for cpu in 0..2 {
+        m.on_cpu(cpu, || c.now());
     }
     for round in 0..3 {
         let (t0, n0) = (c.now().as_nanos(), m.now_ns());
@@ -392,5 +397,54 @@ fn two_cpus_reading_at_once_after_an_idle_gap_lose_no_wrap() {
                 std::thread::yield_now();
             }
         });
+    }
+}
+
+/// The other members of the SMP class: on CPUs whose TSCs differ (not
+/// known to agree), the CPU that reads first after an idle gap is not the
+/// one that read last before it; each CPU's own TSC measures its gap, and
+/// the CPUs keep taking turns over several gaps. The PM timer (24 bits, a
+/// wrap every 4.7 s) and the narrow HPET (32 bits at 100 MHz, 42.9 s).
+#[test]
+fn the_first_reader_after_a_gap_counts_it_whoever_read_last() {
+    for id in [SourceId::AcpiPm, SourceId::Hpet] {
+        let m = leak(
+            SimConfig::cpu(2_000_000_000)
+                .with_invariant_tsc(false)
+                .with_cpus(3, &[0, 7_777_777_777, -3_333_333_333])
+                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+                .with_hpet(HpetConfig::qemu().narrow())
+                .build(),
+        );
+        let (c, _) = clock(m);
+        c.force(id).unwrap();
+        let origin = m.now_ns() - c.now().as_nanos();
+        let mut last = 0;
+        let mut read = |cpu: usize, what: &str| {
+            let t = m.on_cpu(cpu, || c.now().as_nanos());
+            let truth = m.now_ns() - origin;
+            assert!(t >= last, "{id:?} {what} cpu {cpu}: back {last} -> {t}");
+            assert!(
+                t.abs_diff(truth) < ms(5),
+                "{id:?} {what} cpu {cpu}: {t} ns, truth {truth} ns\n{}",
+                c.report().table()
+            );
+            last = t;
+        };
+        for cpu in 0..3 {
+            read(cpu, "before");
+        }
+        // Gaps of 30 s and 100 s (6 to 21 PM timer wraps, up to two HPET
+        // wraps); after each, a different CPU reads first.
+        for (k, gap_s) in [30u64, 100, 30, 100, 30, 100].into_iter().enumerate() {
+            let first = (k + 1) % 3;
+            read(k % 3, "last before the gap");
+            m.advance(ms(gap_s * 1_000));
+            read(first, "first after the gap");
+            for cpu in 0..3 {
+                m.advance(ms(1));
+                read(cpu, "after the gap");
+            }
+        }
     }
 }

@@ -2,6 +2,16 @@
 
 use crate::cell::{Cell64, DefaultCell};
 
+/// A reading placed by [`WrapExtender::extend_near`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extended {
+    /// The extended count returned.
+    pub ticks: u64,
+    /// `ticks` is the counter's count now, not a value held across a gap
+    /// that nothing measured.
+    pub current: bool,
+}
+
 /// Widens a free-running N-bit counter (1..=64 bits) to 64 bits.
 ///
 /// Keeps the last extended value; each raw reading is placed at most half a
@@ -165,6 +175,77 @@ impl<C: Cell64> WrapExtender<C> {
         })
     }
 
+    /// Places `raw` where an independent counter estimates this counter's
+    /// extended count now (`estimate`, on the scale of the values
+    /// returned, e.g. the TSC since a reading of this counter on the same
+    /// CPU): at the wrap nearest the estimate when the two agree within an
+    /// eighth of a wrap, so the wraps a gap in the reads hid are counted
+    /// whoever read last. Without an estimate, or one that disagrees with
+    /// `raw`'s phase, as [`extend`](Self::extend). Never behind the last
+    /// value; a placement behind it (another reader placed a later
+    /// reading) gives that value.
+    ///
+    /// [`Extended::current`] says whether the result is the counter's
+    /// count now rather than a value held across a gap: `false` when `raw`
+    /// lies more than an eighth of a wrap behind the last value and no
+    /// estimate placed it (a gap of more than half a wrap that nothing
+    /// measured). A caller that keeps (TSC, count) pairs for later
+    /// estimates keeps only current ones.
+    ///
+    /// ```
+    /// use clockhal_core::WrapExtender;
+    /// let ext: WrapExtender = WrapExtender::new(24, 0);
+    /// // Three and 5/8 wraps later: held without an estimate...
+    /// let held = ext.extend_near(0xA0_0000, None);
+    /// assert_eq!((held.ticks, held.current), (0, false));
+    /// // ...placed with one (the TSC said about that long).
+    /// let placed = ext.extend_near(0xA0_0000, Some(0x3A0_1000));
+    /// assert_eq!((placed.ticks, placed.current), (0x3A0_0000, true));
+    /// ```
+    ///
+    /// Interrupt-safe: as [`extend`](Self::extend).
+    pub fn extend_near(&self, raw: u64, estimate: Option<u64>) -> Extended {
+        let raw = raw & self.mask;
+        let (mask, half) = (self.mask, self.half);
+        if mask == u64::MAX {
+            let ticks = self.extend(raw);
+            return Extended {
+                ticks,
+                current: true,
+            };
+        }
+        let wrap = mask + 1;
+        let slack = wrap / 8;
+        let mut current = true;
+        let ticks = self.last.update(|last| {
+            current = true;
+            if let Some(e) = estimate {
+                // The value of `raw`'s phase nearest the estimate.
+                let ahead = raw.wrapping_sub(e) & mask;
+                let (v, off) = if ahead <= half {
+                    (e.wrapping_add(ahead), ahead)
+                } else {
+                    (e.wrapping_sub(wrap - ahead), wrap - ahead)
+                };
+                if off <= slack {
+                    return (v > last).then_some(v);
+                }
+            }
+            let delta = raw.wrapping_sub(last) & mask;
+            if delta == 0 {
+                None
+            } else if delta <= half {
+                Some(last.wrapping_add(delta))
+            } else {
+                // Just behind: another reader placed a later reading.
+                // Further behind: a gap nothing placed.
+                current = wrap - delta <= slack;
+                None
+            }
+        });
+        Extended { ticks, current }
+    }
+
     /// The last extended value, without reading hardware.
     /// Interrupt-safe: yes.
     pub fn last(&self) -> u64 {
@@ -223,6 +304,49 @@ mod tests {
                 assert!(wraps > steps / 200, "bits={bits} only {wraps} wraps");
             }
         }
+    }
+
+    #[test]
+    fn an_estimate_places_a_reading_after_a_gap_and_never_behind() {
+        let wrap = 1u64 << 24;
+        let ext: WrapExtender = WrapExtender::new(24, 0);
+        let mut seed = 0x51_7cc1_b727_220a;
+        let mut truth = 0u64;
+        for _ in 0..20_000 {
+            // Gaps up to 40 wraps; estimates off by up to a ninth of a wrap.
+            truth += rng(&mut seed) % (40 * wrap);
+            let err =
+                (rng(&mut seed) % (wrap / 9)) as i64 * if rng(&mut seed) & 1 == 0 { 1 } else { -1 };
+            let e = truth.saturating_add_signed(err);
+            let r = ext.extend_near(truth, Some(e));
+            assert_eq!((r.ticks, r.current), (truth, true));
+        }
+        // A placement behind the last value (another reader is ahead): the
+        // last value, current.
+        let last = ext.last();
+        let r = ext.extend_near(last - 1_000, Some(last - 1_000));
+        assert_eq!((r.ticks, r.current), (last, true));
+        // Just behind without an estimate: the same.
+        let r = ext.extend_near(last - 1_000, None);
+        assert_eq!((r.ticks, r.current), (last, true));
+    }
+
+    #[test]
+    fn an_estimate_that_disagrees_with_the_phase_adds_no_wrap() {
+        let wrap = 1u64 << 24;
+        let ext: WrapExtender = WrapExtender::new(24, 0);
+        // Two wraps and 1,000 ticks, estimated a quarter wrap off: the
+        // plain rule (1,000 ticks on).
+        let r = ext.extend_near(1_000, Some(2 * wrap + 1_000 + wrap / 4));
+        assert_eq!((r.ticks, r.current), (1_000, true));
+        // 5/8 of a wrap behind in phase, the estimate half a wrap off:
+        // held, and said to be no current count.
+        let r = ext.extend_near(1_000 + wrap * 5 / 8, Some(7 * wrap));
+        assert_eq!((r.ticks, r.current), (1_000, false));
+        // A 64-bit counter needs no estimate.
+        let wide: WrapExtender = WrapExtender::new(64, 5);
+        let r = wide.extend_near(9, Some(1 << 60));
+        assert_eq!((r.ticks, r.current), (9, true));
     }
 
     #[test]

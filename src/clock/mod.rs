@@ -2,6 +2,7 @@
 //! cross-checking with a switch that never steps backwards, and the
 //! lifecycle (application processors, TSC sync results, resume).
 
+mod gap_witness;
 mod lock;
 mod read;
 mod readmit;
@@ -206,11 +207,9 @@ pub struct Clock<H: Hardware + Clone> {
     /// A publication was asked for while the watchdog lock was held
     /// (`lock`: its holder makes it when it lets go).
     pub(crate) publish_requested: AtomicBool,
-    /// The TSC at the clock's last reading of the current device, and the
-    /// flag of the one reader recovering wraps across a gap
-    /// ([`Clock::read_current_device`]).
-    pub(crate) device_tsc: AtomicU64,
-    pub(crate) spanning: AtomicBool,
+    /// Per CPU, the TSC and the current device's count at the clock's last
+    /// reading of it ([`Clock::read_current_device`]).
+    pub(crate) gap_witness: gap_witness::GapWitness,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -315,8 +314,7 @@ impl<H: Hardware + Clone> Clock<H> {
             page_restored: AtomicBool::new(false),
             page_stale: AtomicBool::new(false),
             publish_requested: AtomicBool::new(false),
-            device_tsc: AtomicU64::new(0),
-            spanning: AtomicBool::new(false),
+            gap_witness: gap_witness::GapWitness::new(),
         };
         // The timeline starts at 0 on the selected source (whatever a
         // reused user page carried before: no reader holds yet).
@@ -486,16 +484,16 @@ impl<H: Hardware + Clone> Clock<H> {
             Ordering::SeqCst,
         );
         let start = start.max(self.high_water());
+        let mut device_base = None;
         if self.mapped[i] {
             let source_ns = self.mapped_now_ns(id).unwrap_or(0);
             self.offsets[i].store(start.wrapping_sub(source_ns), Ordering::Release);
         } else if let Some(src) = self.backends.source(id) {
-            if self.scale_of(SourceId::Tsc.index()).is_some() {
-                self.device_tsc
-                    .store(self.device_stamp(), Ordering::Release);
-            }
-            self.base_ticks[i].store(src.read(), Ordering::Release);
+            let tsc = self.hw.rdtsc();
+            let base = src.read();
+            self.base_ticks[i].store(base, Ordering::Release);
             self.base_ns[i].store(start, Ordering::Release);
+            device_base = Some((tsc, base));
         }
         // Supervision needs something to supervise with: a TSC that is the
         // machine's only usable counter (QEMU microvm) stays without it.
@@ -509,6 +507,11 @@ impl<H: Hardware + Clone> Clock<H> {
         self.raise_ceiling(start.saturating_add(self.settings.max_jump.as_nanos()));
         let st = self.state.load(Ordering::Acquire);
         let next = ((st >> 8).wrapping_add(1) << 8) | i as u32;
+        if let Some((tsc, base)) = device_base {
+            // The base is the device's first pair on the new timeline.
+            let (cpu, shared) = (self.hw.cpu_index(), self.ordered[SourceId::Tsc.index()]);
+            self.gap_witness.record(cpu, shared, next, tsc, base);
+        }
         self.state.store(next, Ordering::SeqCst);
         self.publish_opened(page);
     }

@@ -14,7 +14,7 @@ use super::{Clock, REVALIDATE_NS};
 use crate::{Demotion, SourceId};
 use clockhal_core::{LastMap, MapMiss, MapNow, ReadState, Scale, TimelineOwner, TscSource};
 use clockhal_x86::{Hardware, Seam};
-use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 pub(crate) use clockhal_core::timeline::BEFORE_ZERO;
 
@@ -193,65 +193,45 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// The current device `i`'s count. A software-extended counter (a
     /// 32-bit HPET, the PM timer) that the clock left unread for more than
-    /// half a wrap would lose its wraps (held as "behind"): the TSC, where
-    /// its rate is known, measures the gap since the clock's last reading
-    /// (on the same CPU, unless the TSCs agree across CPUs),
-    /// and the extension recovers them where the gap agrees with the
-    /// counter's own phase ([`WrapExtender::extend_spanning`]). One reader
-    /// recovers at a time; `None` for the others meanwhile (they hold).
-    /// Where no TSC spans the gap, wraps a gap hid stay lost, as
-    /// `max_read_interval` warns.
+    /// half a wrap would lose its wraps: where the TSC's rate is known, the
+    /// pair (TSC, count) of this CPU's last reading (any CPU's, where the
+    /// TSCs agree across CPUs) estimates the count after the gap, and the
+    /// extension places the reading at the wrap nearest it
+    /// ([`ClockSource::read_near`]). Only readings that are the device's
+    /// count then become pairs; `None` (hold) for one held across a gap
+    /// nothing measured. Where no TSC spans the gap, wraps a gap hid stay
+    /// lost, as `max_read_interval` warns.
     ///
-    /// [`WrapExtender::extend_spanning`]: clockhal_core::WrapExtender::extend_spanning
+    /// [`ClockSource::read_near`]: clockhal_core::ClockSource::read_near
     pub(crate) fn read_current_device(
         &self,
         i: usize,
         src: &dyn clockhal_core::ClockSource,
     ) -> Option<u64> {
-        let (Some(interval), Some(tsc_scale)) = (
+        let (Some(interval), Some(tsc_scale), Some(scale)) = (
             src.max_read_interval(),
             self.scale_of(SourceId::Tsc.index()),
+            self.scale_of(i),
         ) else {
             return Some(src.read());
         };
-        // Another CPU's TSC measures the gap only where the TSCs are known
-        // to agree across CPUs.
-        let tsc = self.device_stamp();
-        let cpu = tsc & 0xFF;
-        let any_cpu = self.ordered[SourceId::Tsc.index()];
-        let span = || {
-            let stamp = self.device_tsc.load(Acquire);
-            if stamp & 0xFF != cpu && !any_cpu {
-                return None;
-            }
-            let gap = tsc.saturating_sub(stamp);
-            let span = self.scale_of(i)?.ns_to_ticks(tsc_scale.ticks_to_ns(gap));
-            (span >= interval).then_some(span)
-        };
-        let ticks = match span() {
-            None => src.read(),
-            Some(_) if self.spanning.swap(true, Acquire) => return None,
-            Some(_) => {
-                // Again under the flag: another reader may have just
-                // recovered the gap.
-                let ticks = span().map_or_else(|| src.read(), |s| src.read_spanning(s));
-                self.device_tsc.store(tsc, Release);
-                self.spanning.store(false, Release);
-                return Some(ticks);
-            }
-        };
-        // A plain store: a TSC that went back (S3) restarts the measure; a
-        // stale store only lengthens one measured gap, which the phase
-        // check then declines.
-        self.device_tsc.store(tsc, Release);
-        Some(ticks)
-    }
-
-    /// The TSC now as a stamp of a device reading: the calling CPU in the
-    /// low byte (256 cycles do not matter to a gap of half a wrap).
-    #[inline]
-    pub(crate) fn device_stamp(&self) -> u64 {
-        (self.hw.rdtsc() & !0xFF) | (self.hw.cpu_index() & 0xFF) as u64
+        let state = self.state.load(Acquire);
+        let (cpu, shared) = (self.hw.cpu_index(), self.ordered[SourceId::Tsc.index()]);
+        let tsc = self.hw.rdtsc();
+        // A TSC behind the pair's (S3, another CPU's pair) measures nothing.
+        let estimate = self
+            .gap_witness
+            .get(cpu, shared, state)
+            .and_then(|(t0, n0)| {
+                let gap = scale.ns_to_ticks(tsc_scale.ticks_to_ns(tsc.checked_sub(t0)?));
+                (gap >= interval).then(|| n0.saturating_add(gap))
+            });
+        let r = src.read_near(estimate);
+        if !r.current {
+            return None;
+        }
+        self.gap_witness.record(cpu, shared, state, tsc, r.ticks);
+        Some(r.ticks)
     }
 
     /// Device `i`'s reading `ticks` on the clock's timeline: from the base

@@ -3,7 +3,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
-use clockhal_core::{ClockSource, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender};
+use clockhal_core::{
+    ClockSource, Extended, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender,
+};
 use clockhal_x86::{cpuid, Hardware};
 use core::fmt;
 
@@ -262,6 +264,22 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
             PmMode::Verified => match self.verified_raw() {
                 Some(v) => self.ext.extend_spanning(v as u64, span),
                 None => self.ext.last(),
+            },
+        }
+    }
+
+    fn read_near(&self, estimate: Option<u64>) -> Extended {
+        let raw = match self.mode {
+            PmMode::Fast => Some(self.raw()),
+            PmMode::Verified => self.verified_raw(),
+        };
+        match raw {
+            Some(v) => self.ext.extend_near(v as u64, estimate),
+            // No reading agreed with itself: the last value, which is not
+            // known to be the count now.
+            None => Extended {
+                ticks: self.ext.last(),
+                current: false,
             },
         }
     }

@@ -3,7 +3,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
-use clockhal_core::{ClockSource, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender};
+use clockhal_core::{
+    ClockSource, Extended, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender,
+};
 use clockhal_x86::{cpuid, Hardware, MmioRegion};
 use core::fmt;
 
@@ -200,6 +202,11 @@ impl<H: Hardware> ClockSource for Hpet<H> {
     fn read_spanning(&self, span: u64) -> u64 {
         self.ext
             .extend_spanning(counter(&self.hw, self.region, self.wide), span)
+    }
+
+    fn read_near(&self, estimate: Option<u64>) -> Extended {
+        self.ext
+            .extend_near(counter(&self.hw, self.region, self.wide), estimate)
     }
 
     fn frequency(&self) -> Frequency {

@@ -1,0 +1,99 @@
+//! The TSC as the witness of gaps in a software-extended device's reads:
+//! per CPU, the TSC and the device's count at the clock's last reading of
+//! the current device that was the device's count then. After a gap of
+//! more than half a wrap, the pair taken before it estimates the count
+//! after it ([`Clock::read_current_device`](super::Clock)), on whichever
+//! CPU reads first and however the CPUs took turns.
+
+use clockhal_core::PER_CPU_SLOTS;
+use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+/// One CPU's pair under a seqlock (odd: being written), tagged with the
+/// clock's state word (a switch or rebase starts new pairs) and the CPU
+/// that took it (CPUs beyond the table share entries).
+#[derive(Debug)]
+struct Pair {
+    seq: AtomicU32,
+    state: AtomicU32,
+    cpu: AtomicU32,
+    tsc: AtomicU64,
+    ticks: AtomicU64,
+}
+
+/// The pairs, one per CPU index (modulo the table), or one shared by all
+/// CPUs where their TSCs are known to agree.
+#[derive(Debug)]
+pub(crate) struct GapWitness {
+    pairs: [Pair; PER_CPU_SLOTS],
+}
+
+impl GapWitness {
+    pub(crate) const fn new() -> GapWitness {
+        GapWitness {
+            pairs: [const {
+                Pair {
+                    seq: AtomicU32::new(0),
+                    state: AtomicU32::new(0),
+                    cpu: AtomicU32::new(u32::MAX),
+                    tsc: AtomicU64::new(0),
+                    ticks: AtomicU64::new(0),
+                }
+            }; PER_CPU_SLOTS],
+        }
+    }
+
+    fn pair(&self, cpu: usize, shared: bool) -> &Pair {
+        &self.pairs[if shared { 0 } else { cpu % PER_CPU_SLOTS }]
+    }
+
+    /// The (TSC, count) CPU `cpu` recorded under clock state `state` (any
+    /// CPU's, where `shared`); `None` if there is none, or it is being
+    /// written.
+    /// Interrupt-safe: yes (lock-free).
+    pub(crate) fn get(&self, cpu: usize, shared: bool, state: u32) -> Option<(u64, u64)> {
+        let p = self.pair(cpu, shared);
+        let seq = p.seq.load(Ordering::Acquire);
+        if seq & 1 != 0 {
+            return None;
+        }
+        let (st, by) = (
+            p.state.load(Ordering::Relaxed),
+            p.cpu.load(Ordering::Relaxed),
+        );
+        let (tsc, ticks) = (
+            p.tsc.load(Ordering::Relaxed),
+            p.ticks.load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        let same = p.seq.load(Ordering::Relaxed) == seq;
+        (same && st == state && (shared || by as usize == cpu)).then_some((tsc, ticks))
+    }
+
+    /// Records CPU `cpu`'s pair. A writer that finds the pair being
+    /// written (an interrupt inside a read on this CPU, another CPU
+    /// sharing it) leaves it: the next reading records.
+    /// Interrupt-safe: yes (lock-free, never waits).
+    pub(crate) fn record(&self, cpu: usize, shared: bool, state: u32, tsc: u64, ticks: u64) {
+        let p = self.pair(cpu, shared);
+        let seq = p.seq.load(Ordering::Relaxed);
+        if seq & 1 != 0
+            || p.seq
+                .compare_exchange(
+                    seq,
+                    seq.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        // Readers that see any store below see the odd sequence too.
+        fence(Ordering::Release);
+        p.state.store(state, Ordering::Relaxed);
+        p.cpu.store(cpu as u32, Ordering::Relaxed);
+        p.tsc.store(tsc, Ordering::Relaxed);
+        p.ticks.store(ticks, Ordering::Relaxed);
+        p.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+}
