@@ -226,7 +226,20 @@ fn without_a_tsc_the_clock_s_own_counter_spans_the_gap() {
     assert!(evs.is_empty(), "{evs:?}\n{}", c.report().table());
     let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
     let truth = (m.now_ns() - n0) as u128;
-    assert!(counted.abs_diff(truth) < 1_000_000, "{counted} of {truth}");
+    assert!(
+        counted.abs_diff(truth) < 1_000_000,
+        "{counted} of {truth}\n{}",
+        c.report().table()
+    );
+    // Still judged: every tick compares the HPET with the PM timer.
+    assert!(
+        matches!(
+            m.on_cpu(0, || c.watchdog_tick()),
+            clockhal::WatchdogEvent::Judged { .. }
+        ),
+        "{}",
+        c.report().table()
+    );
 }
 
 #[test]
@@ -447,4 +460,81 @@ fn the_first_reader_after_a_gap_counts_it_whoever_read_last() {
             }
         }
     }
+}
+
+/// The watchdog's member of the class: ticks taken on CPUs whose TSCs
+/// differ by two PM timer wraps (not known to agree). The gap between two
+/// ticks measured across the two TSCs would look like two missed wraps of
+/// the PM timer (a member, not current) and fit its phase exactly.
+#[test]
+fn watchdog_ticks_on_cpus_with_offset_tscs_add_no_wrap_to_a_member() {
+    let two_wraps = (2u128 << 24) * 2_000_000_000 / 3_579_545;
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_invariant_tsc(false)
+            .with_cpus(2, &[0, two_wraps as i64])
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .with_hpet(HpetConfig::qemu().narrow())
+            .build(),
+    );
+    let (c, _) = clock(m);
+    c.force(SourceId::Hpet).unwrap();
+    let pm = c.source_of(SourceId::AcpiPm).unwrap();
+    let (p0, n0) = (pm.read(), m.now_ns());
+    for i in 0..40 {
+        m.advance(ms(250));
+        let e = m.on_cpu(i % 2, || c.watchdog_tick());
+        assert!(!bad(&e), "tick {i}: {e:?}\n{}", c.report().table());
+    }
+    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
+    let truth = (m.now_ns() - n0) as u128;
+    assert!(
+        counted.abs_diff(truth) < 1_000_000,
+        "{counted} of {truth}\n{}",
+        c.report().table()
+    );
+    // Still judged: every tick compares the HPET with the PM timer.
+    assert!(
+        matches!(
+            m.on_cpu(0, || c.watchdog_tick()),
+            clockhal::WatchdogEvent::Judged { .. }
+        ),
+        "{}",
+        c.report().table()
+    );
+}
+
+/// The jump check's member of the class: its anchor (an independent
+/// 64-bit counter's reading at a tick) must be a counter that compares
+/// across CPUs. A TSC anchor taken on CPU 1, whose TSC runs 10 s ahead,
+/// and read again on CPU 0 says 20 s passed in a 30 s idle gap: the honest
+/// HPET reading after the gap was refused as a jump and the HPET demoted.
+#[test]
+fn a_reading_after_a_gap_on_another_cpu_is_no_jump() {
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_invariant_tsc(false)
+            .with_cpus(2, &[0, 20_000_000_000])
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .with_hpet(HpetConfig::qemu().narrow())
+            .build(),
+    );
+    let (c, _) = clock(m);
+    c.force(SourceId::Hpet).unwrap();
+    let origin = m.now_ns() - c.now().as_nanos();
+    for _ in 0..8 {
+        m.advance(ms(250));
+        let e = m.on_cpu(1, || c.watchdog_tick());
+        assert!(!bad(&e), "{e:?}\n{}", c.report().table());
+        c.now();
+    }
+    m.advance(ms(30_000));
+    let t = c.now().as_nanos();
+    let truth = m.now_ns() - origin;
+    assert!(
+        t.abs_diff(truth) < ms(5),
+        "{t} ns of {truth} ns\n{}",
+        c.report().table()
+    );
+    assert_eq!(c.source_id(), SourceId::Hpet, "{}", c.report().table());
 }

@@ -509,7 +509,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let next = ((st >> 8).wrapping_add(1) << 8) | i as u32;
         if let Some((tsc, base)) = device_base {
             // The base is the device's first pair on the new timeline.
-            let (cpu, shared) = (self.hw.cpu_index(), self.ordered[SourceId::Tsc.index()]);
+            let (cpu, shared) = (self.hw.cpu_index(), self.tscs_agree());
             self.gap_witness.record(cpu, shared, next, tsc, base);
         }
         self.state.store(next, Ordering::SeqCst);

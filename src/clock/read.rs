@@ -216,7 +216,7 @@ impl<H: Hardware + Clone> Clock<H> {
             return Some(src.read());
         };
         let state = self.state.load(Acquire);
-        let (cpu, shared) = (self.hw.cpu_index(), self.ordered[SourceId::Tsc.index()]);
+        let (cpu, shared) = (self.hw.cpu_index(), self.tscs_agree());
         let tsc = self.hw.rdtsc();
         // A TSC behind the pair's (S3, another CPU's pair) measures nothing.
         let estimate = self
@@ -232,6 +232,14 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.gap_witness.record(cpu, shared, state, tsc, r.ticks);
         Some(r.ticks)
+    }
+
+    /// Whether the TSCs of all CPUs agree (one CPU's TSC measures a gap
+    /// that began on another): warp-tested, and not found out of step
+    /// since.
+    /// Interrupt-safe: yes.
+    pub(crate) fn tscs_agree(&self) -> bool {
+        self.ordered[SourceId::Tsc.index()] && !self.backends.tsc_out_of_step()
     }
 
     /// Device `i`'s reading `ticks` on the clock's timeline: from the base

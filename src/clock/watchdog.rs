@@ -28,6 +28,9 @@ pub(crate) type MemberKey = (
     [Option<CounterDomain>; MAX_MEMBERS],
 );
 
+/// A 64-bit counter's reading, and which counter.
+type WideReading = Option<(SourceId, u64)>;
+
 pub(crate) struct State {
     /// The comparison over the current members, and which source each is.
     pub(crate) core: Option<(Watchdog, MemberKey)>,
@@ -42,9 +45,10 @@ pub(crate) struct State {
     pub(crate) refine: Option<(SourceId, clockhal_core::Bracketed)>,
     /// A demoted candidate's way back (`readmit.rs`).
     pub(crate) readmission: super::readmit::Readmission,
-    /// The TSC and the anchor's 64-bit counter at the previous tick: the
-    /// gap since, for members whose extension it may have outlasted.
-    last_tick: Option<(u64, Option<(SourceId, u64)>)>,
+    /// The TSC, the CPU and the anchor's 64-bit counter at the previous
+    /// tick: the gap since, for members whose extension it may have
+    /// outlasted.
+    last_tick: Option<(u64, usize, WideReading)>,
 }
 
 impl State {
@@ -205,7 +209,7 @@ impl<H: Hardware + Clone> Clock<H> {
     fn tick_held(&self, st: &mut State) -> WatchdogEvent {
         // Every tick that may read the members measures the gap since the
         // previous one (never longer than since their last read).
-        let gap_ns = self.tick_gap(st);
+        let (gap_ns, same_tsc) = self.tick_gap(st);
         // On a CPU the current source does not serve, nothing is judged,
         // and nothing a judged tick needs is taken: the restart request,
         // the guest-stopped latches and the host-fault counts stay for the
@@ -236,6 +240,10 @@ impl<H: Hardware + Clone> Clock<H> {
         if let Some(e) = self.judge_host_faults(st) {
             return e;
         }
+        // A counter read on each CPU's own TSC (one not known to agree
+        // across CPUs) measures no interval that began on another CPU: it
+        // sits out a tick on another CPU than the last one.
+        let served = |id: SourceId| served(id) && (same_tsc || self.compares_across_cpus(id));
         let restart = self.restart.swap(false, Ordering::AcqRel);
         let report = *self.report.lock();
         // (Again: the steps above may have switched.)
@@ -363,7 +371,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
             )
         {
-            if let Some(e) = self.refine_tsc(st, ref_id, ref_src, paused) {
+            if let Some(e) = self.refine_tsc(st, ref_id, ref_src, paused || !same_tsc) {
                 return e;
             }
         }
@@ -376,8 +384,9 @@ impl<H: Hardware + Clone> Clock<H> {
     /// by the TSC when its rate is known, the smaller of the two (a TSC
     /// that jumped ahead must not add wraps to an honest counter: too short
     /// a gap only leaves wraps lost, as without a measure); `None` when
-    /// nothing independent spans the gap.
-    fn tick_gap(&self, st: &mut State) -> Option<u64> {
+    /// nothing independent spans the gap. And whether this tick's TSC
+    /// compares with the previous tick's (the same CPU, or TSCs that agree).
+    fn tick_gap(&self, st: &mut State) -> (Option<u64>, bool) {
         let tsc = self.hw.rdtsc_ordered();
         // The anchor's counter, else the current source's when it is one
         // (a 64-bit HPET on a CPU without a TSC).
@@ -386,9 +395,14 @@ impl<H: Hardware + Clone> Clock<H> {
             (self.is_wide(cur) && self.domain_now(cur) != CounterDomain::Tsc).then_some(cur)
         });
         let wide = wide_id.and_then(|id| Some((id, self.backends.source(id)?.read())));
-        let (then_tsc, then_wide) = st.last_tick.replace((tsc, wide)).unwrap_or((tsc, wide));
+        let cpu = self.hw.cpu_index();
+        let then = st.last_tick.replace((tsc, cpu, wide));
+        let (then_tsc, then_cpu, then_wide) = then.unwrap_or((tsc, cpu, wide));
+        // Two CPUs' TSCs measure a gap only where they agree.
+        let same_tsc = then_cpu == cpu || self.tscs_agree();
         let by_tsc = self
             .scale_of(SourceId::Tsc.index())
+            .filter(|_| same_tsc)
             .map(|s| s.ticks_to_ns(tsc.saturating_sub(then_tsc)));
         let by_wide = match (then_wide, wide) {
             (Some((a, t0)), Some((b, t1))) if a == b => self
@@ -396,10 +410,11 @@ impl<H: Hardware + Clone> Clock<H> {
                 .map(|s| s.ticks_to_ns(t1.saturating_sub(t0))),
             _ => None,
         };
-        match (by_tsc, by_wide) {
+        let gap = match (by_tsc, by_wide) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
+        };
+        (gap, same_tsc)
     }
 
     /// One reading of the current source, which keeps a device's
@@ -595,11 +610,23 @@ impl<H: Hardware + Clone> Clock<H> {
         }
     }
 
-    /// A 64-bit counter (no software extension that could hide a wrap).
+    /// A 64-bit counter (no software extension that could hide a wrap)
+    /// whose readings on different CPUs compare (a device, or a TSC-based
+    /// source ordered across CPUs): a measure that begins on one CPU and
+    /// ends on another.
     fn is_wide(&self, id: SourceId) -> bool {
-        self.backends
-            .source(id)
-            .is_some_and(|s| !s.stability().contains(Stability::SOFTWARE_EXTENDED))
+        self.compares_across_cpus(id)
+            && self
+                .backends
+                .source(id)
+                .is_some_and(|s| !s.stability().contains(Stability::SOFTWARE_EXTENDED))
+    }
+
+    /// Whether `id`'s readings on two CPUs compare: all but the raw TSC's
+    /// where the TSCs are not known to agree (a device is one counter for
+    /// all; kvmclock and the Hyper-V page correct each CPU's TSC).
+    fn compares_across_cpus(&self, id: SourceId) -> bool {
+        id != SourceId::Tsc || self.tscs_agree()
     }
 
     /// A reading `v` above the ceiling: does the anchor's reference say
