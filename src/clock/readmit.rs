@@ -65,11 +65,14 @@ impl<H: Hardware + Clone> Clock<H> {
     /// against `reference` (this tick's, a member that needs no
     /// supervision); re-admits it and selects again once it agreed for
     /// [`READMIT_ROUNDS`] rounds. The re-admitted source, if any.
+    /// `same_tsc`: this tick's TSC compares with the last tick's (else a
+    /// raw TSC's interval is no evidence).
     pub(crate) fn probation_round(
         &self,
         readmission: &mut Readmission,
         reference: SourceId,
         paused: bool,
+        same_tsc: bool,
     ) -> Option<SourceId> {
         let report = *self.report.lock();
         let cur = self.source_id();
@@ -123,7 +126,9 @@ impl<H: Hardware + Clone> Clock<H> {
             });
         }
         let ids = [Some(id), Some(reference)];
-        let served = |s: SourceId| self.backends.serves(s, cpu);
+        let served = |s: SourceId| {
+            self.backends.serves(s, cpu) && (same_tsc || self.compares_across_cpus(s))
+        };
         let round = self.take_round(ref_src, 1, &ids, &sources, &served);
         let p = readmission.probation.as_mut()?;
         let j = p.watchdog.check(&round, 1, 0, paused);

@@ -287,7 +287,9 @@ impl<H: Hardware + Clone> Clock<H> {
             // Nothing else to compare, but a demoted candidate can still
             // verify against the current source.
             if !restart && !self.conditional(cur) {
-                if let Some(source) = self.probation_round(&mut st.readmission, cur, paused) {
+                if let Some(source) =
+                    self.probation_round(&mut st.readmission, cur, paused, same_tsc)
+                {
                     return WatchdogEvent::Readmitted { source };
                 }
             }
@@ -354,7 +356,9 @@ impl<H: Hardware + Clone> Clock<H> {
             && !matches!(j.verdict(reference), MemberVerdict::Faulty(_))
             && !matches!(event, WatchdogEvent::Switched { .. });
         if !restart && ref_sound {
-            if let Some(source) = self.probation_round(&mut st.readmission, ref_id, paused) {
+            if let Some(source) =
+                self.probation_round(&mut st.readmission, ref_id, paused, same_tsc)
+            {
                 if matches!(
                     event,
                     WatchdogEvent::Judged { .. } | WatchdogEvent::GuestStopped
@@ -625,7 +629,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Whether `id`'s readings on two CPUs compare: all but the raw TSC's
     /// where the TSCs are not known to agree (a device is one counter for
     /// all; kvmclock and the Hyper-V page correct each CPU's TSC).
-    fn compares_across_cpus(&self, id: SourceId) -> bool {
+    pub(super) fn compares_across_cpus(&self, id: SourceId) -> bool {
         id != SourceId::Tsc || self.tscs_agree()
     }
 
