@@ -538,3 +538,88 @@ fn a_reading_after_a_gap_on_another_cpu_is_no_jump() {
     );
     assert_eq!(c.source_id(), SourceId::Hpet, "{}", c.report().table());
 }
+
+/// All of the class at once, at run time: four CPUs with TSCs seconds
+/// apart read the current PM timer or narrow HPET while the main thread
+/// moves time in small steps and idle gaps of 10-60 s and ticks the
+/// watchdog from any CPU. Per CPU, readings never go back; across CPUs a
+/// device is one counter, so a reading is never earlier than one returned
+/// before on any CPU; after every gap, every reading counts it.
+#[test]
+fn four_cpus_reading_through_idle_gaps_and_ticks_from_any_cpu() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    for id in [SourceId::AcpiPm, SourceId::Hpet] {
+        let m = leak(
+            SimConfig::cpu(2_000_000_000)
+                .with_invariant_tsc(false)
+                .with_cpus(4, &[0, 7_777_777_777, 3_141_592_653, 12_000_000_000])
+                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+                .with_hpet(HpetConfig::qemu().narrow())
+                .build(),
+        );
+        let (c, _) = clock(m);
+        c.force(id).unwrap();
+        let origin = m.now_ns() - c.now().as_nanos();
+        // The highest value returned on any CPU, and the truth at the
+        // last gap's end (every reading from then on must be past it).
+        let high = AtomicU64::new(0);
+        let after_gap = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for cpu in 0..4 {
+                let (c, high, after_gap, stop) = (&c, &high, &after_gap, &stop);
+                s.spawn(move || {
+                    m.set_cpu(cpu);
+                    let mut last = 0;
+                    while !stop.load(SeqCst) {
+                        let seen = high.load(SeqCst);
+                        let floor = after_gap.load(SeqCst);
+                        let t = c.now().as_nanos();
+                        assert!(t >= last, "{id:?} cpu {cpu}: back {last} -> {t}");
+                        assert!(
+                            t >= seen,
+                            "{id:?} cpu {cpu}: {t} before {seen} returned elsewhere"
+                        );
+                        assert!(
+                            t + ms(5) >= floor,
+                            "{id:?} cpu {cpu}: {t} ns after a gap that ended at {floor} ns"
+                        );
+                        high.fetch_max(t, SeqCst);
+                        last = t;
+                        std::thread::yield_now();
+                    }
+                });
+            }
+            // Readers stop also when the main thread's checks panic.
+            struct Stop<'a>(&'a AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, SeqCst);
+                }
+            }
+            let _stop = Stop(&stop);
+            let mut seed = 0x2545_f491_4f6c_dd1du64;
+            for step in 0..3_000u64 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                if step % 500 == 499 {
+                    m.advance(ms(10_000 + seed % 50_000));
+                    after_gap.store(m.now_ns() - origin, SeqCst);
+                } else {
+                    m.advance(100_000 + seed % 900_000);
+                }
+                if step % 50 == 0 {
+                    let e = m.on_cpu((seed % 4) as usize, || c.watchdog_tick());
+                    assert!(
+                        !bad(&e),
+                        "{id:?} step {step}: {e:?}\n{}",
+                        c.report().table()
+                    );
+                }
+                std::thread::yield_now();
+            }
+        });
+        assert_eq!(c.source_id(), id, "{}", c.report().table());
+    }
+}

@@ -49,6 +49,8 @@ pub(crate) struct State {
     /// tick: the gap since, for members whose extension it may have
     /// outlasted.
     last_tick: Option<(u64, usize, WideReading)>,
+    /// The clock's timeline at the last round that read the members.
+    last_round_ns: Option<u64>,
 }
 
 impl State {
@@ -60,6 +62,7 @@ impl State {
             refine: None,
             readmission: super::readmit::Readmission::new(),
             last_tick: None,
+            last_round_ns: None,
         }
     }
 }
@@ -328,7 +331,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(ref_src) = sources[ref_id.index()] else {
             return WatchdogEvent::Inactive;
         };
-        self.span_gap(gap_ns, &ids[..n], cur, &sources);
+        self.span_gap(&mut st.last_round_ns, gap_ns, &ids[..n], cur, &sources);
         let round = self.take_round(ref_src, reference, &ids[..n], &sources, &served);
         let j = core.check(&round, reference, cur_m, paused);
         if (restart || paused) && self.supervised() {
@@ -436,10 +439,13 @@ impl<H: Hardware + Clone> Clock<H> {
     /// was the last tick's round). The current source, which `now()` reads
     /// between ticks, measures its gap from the clock's own last reading
     /// ([`read_current_device`](Clock::read_current_device)). Without a
-    /// measure of the gap ([`tick_gap`](Self::tick_gap)) nothing is
-    /// recovered.
+    /// measure of the gap ([`tick_gap`](Self::tick_gap)), the clock's own
+    /// timeline since the last such round measures it, where its readings
+    /// compare across CPUs (the current device's gap was recovered on this
+    /// CPU's own TSC).
     fn span_gap(
         &self,
+        last_round_ns: &mut Option<u64>,
         gap_ns: Option<u64>,
         ids: &[Option<SourceId>],
         cur: SourceId,
@@ -448,7 +454,16 @@ impl<H: Hardware + Clone> Clock<H> {
         if !self.mapped[cur.index()] {
             self.feed_current();
         }
-        let Some(g) = gap_ns else { return };
+        let timeline = self
+            .verified_now_ns()
+            .filter(|_| self.compares_across_cpus(cur));
+        let then = core::mem::replace(last_round_ns, timeline);
+        let by_timeline = timeline
+            .zip(then)
+            .map(|(now, then)| now.saturating_sub(then));
+        let Some(g) = gap_ns.or(by_timeline) else {
+            return;
+        };
         for id in ids.iter().flatten().copied().filter(|id| *id != cur) {
             let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
                 continue;
@@ -703,6 +718,7 @@ impl<H: Hardware + Clone> Clock<H> {
         self.anchor_at(st, now_ns);
         st.refine = None;
         st.core = None;
+        st.last_round_ns = None;
         st.readmission.restart();
     }
 
