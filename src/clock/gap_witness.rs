@@ -8,6 +8,13 @@
 use clockhal_core::PER_CPU_SLOTS;
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
+/// Reads of a pair that find it being written before giving up.
+const TRIES: usize = 16;
+
+/// A pair stayed busy ([`GapWitness::get`]).
+#[derive(Debug)]
+pub(crate) struct Busy;
+
 /// One CPU's pair under a seqlock (odd: being written), tagged with the
 /// clock's state word (a switch or rebase starts new pairs) and the CPU
 /// that took it (CPUs beyond the table share entries).
@@ -47,26 +54,40 @@ impl GapWitness {
     }
 
     /// The (TSC, count) CPU `cpu` recorded under clock state `state` (any
-    /// CPU's, where `shared`); `None` if there is none, or it is being
-    /// written.
-    /// Interrupt-safe: yes (lock-free).
-    pub(crate) fn get(&self, cpu: usize, shared: bool, state: u32) -> Option<(u64, u64)> {
+    /// CPU's, where `shared`): `Ok(None)` if there is none, `Err(Busy)` if
+    /// it stayed busy (being written) over a few tries: the caller cannot
+    /// tell whether a gap passed.
+    /// Interrupt-safe: yes (lock-free, bounded: an interrupted writer on
+    /// this CPU leaves it busy, and the reader gives up).
+    pub(crate) fn get(
+        &self,
+        cpu: usize,
+        shared: bool,
+        state: u32,
+    ) -> Result<Option<(u64, u64)>, Busy> {
         let p = self.pair(cpu, shared);
-        let seq = p.seq.load(Ordering::Acquire);
-        if seq & 1 != 0 {
-            return None;
+        for _ in 0..TRIES {
+            let seq = p.seq.load(Ordering::Acquire);
+            if seq & 1 != 0 {
+                core::hint::spin_loop();
+                continue;
+            }
+            let (st, by) = (
+                p.state.load(Ordering::Relaxed),
+                p.cpu.load(Ordering::Relaxed),
+            );
+            let (tsc, ticks) = (
+                p.tsc.load(Ordering::Relaxed),
+                p.ticks.load(Ordering::Relaxed),
+            );
+            fence(Ordering::Acquire);
+            if p.seq.load(Ordering::Relaxed) != seq {
+                continue;
+            }
+            let mine = st == state && (shared || by as usize == cpu);
+            return Ok(mine.then_some((tsc, ticks)));
         }
-        let (st, by) = (
-            p.state.load(Ordering::Relaxed),
-            p.cpu.load(Ordering::Relaxed),
-        );
-        let (tsc, ticks) = (
-            p.tsc.load(Ordering::Relaxed),
-            p.ticks.load(Ordering::Relaxed),
-        );
-        fence(Ordering::Acquire);
-        let same = p.seq.load(Ordering::Relaxed) == seq;
-        (same && st == state && (shared || by as usize == cpu)).then_some((tsc, ticks))
+        Err(Busy)
     }
 
     /// Records CPU `cpu`'s pair. A writer that finds the pair being

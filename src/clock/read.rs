@@ -199,7 +199,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// extension places the reading at the wrap nearest it
     /// ([`ClockSource::read_near`]). Only readings that are the device's
     /// count then become pairs; `None` (hold) for one held across a gap
-    /// nothing measured. Where no TSC spans the gap, wraps a gap hid stay
+    /// nothing measured, and while the pair stays busy. Where no TSC spans the gap, wraps a gap hid stay
     /// lost, as `max_read_interval` warns.
     ///
     /// [`ClockSource::read_near`]: clockhal_core::ClockSource::read_near
@@ -218,16 +218,23 @@ impl<H: Hardware + Clone> Clock<H> {
         let state = self.state.load(Acquire);
         let (cpu, shared) = (self.hw.cpu_index(), self.tscs_agree());
         let tsc = self.hw.rdtsc();
-        // A TSC behind the pair's (S3, another CPU's pair) measures nothing.
-        let estimate = self
-            .gap_witness
-            .get(cpu, shared, state)
-            .and_then(|(t0, n0)| {
-                let gap = scale.ns_to_ticks(tsc_scale.ticks_to_ns(tsc.checked_sub(t0)?));
-                (gap >= interval).then(|| n0.saturating_add(gap))
-            });
+        // A pair being written (by another CPU sharing it) may be the one
+        // that measures a gap: hold rather than read without it.
+        let pair = self.gap_witness.get(cpu, shared, state).ok()?;
+        // A TSC behind the pair's (S3, a newer pair) measures nothing.
+        let estimate = pair.and_then(|(t0, n0)| {
+            let gap = scale.ns_to_ticks(tsc_scale.ticks_to_ns(tsc.checked_sub(t0)?));
+            (gap >= interval).then(|| n0.saturating_add(gap))
+        });
         let r = src.read_near(estimate);
-        if !r.current {
+        // A read that took more than an eighth of a wrap (a vCPU preempted
+        // or paused inside it) may have been placed without the gap that
+        // passed meanwhile: not returned, not a pair. Its count is at most
+        // the truth, so the next reading, estimated from the pair before,
+        // moves on past it.
+        let took = self.hw.rdtsc().saturating_sub(tsc);
+        let slow = scale.ns_to_ticks(tsc_scale.ticks_to_ns(took)) > interval / 4;
+        if !r.current || slow {
             return None;
         }
         self.gap_witness.record(cpu, shared, state, tsc, r.ticks);
