@@ -699,3 +699,53 @@ fn a_read_preempted_between_its_tsc_and_its_count_loses_no_wrap() {
         );
     }
 }
+
+/// An "interrupt" that reads the clock inside every TSC reading of a read
+/// of the current device (between its TSC and its count, inside the pair's
+/// update, ...), across idle gaps: it never waits for the interrupted
+/// read, never goes back, and both get past each gap.
+#[test]
+fn reads_nested_inside_a_device_read_neither_wait_nor_lose_a_gap() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    for id in [SourceId::AcpiPm, SourceId::Hpet] {
+        let m = leak(
+            SimConfig::cpu(2_000_000_000)
+                .with_invariant_tsc(false)
+                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+                .with_hpet(HpetConfig::qemu().narrow())
+                .build(),
+        );
+        let c: &'static SimClock = Box::leak(Box::new(clock(m).0));
+        c.force(id).unwrap();
+        let origin = m.now_ns() - c.now().as_nanos();
+        static INSIDE: AtomicBool = AtomicBool::new(false);
+        let nested_last = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = nested_last.clone();
+        m.set_rdtsc_hook(move |_| {
+            if !INSIDE.swap(true, SeqCst) {
+                let t = c.now().as_nanos();
+                assert!(t >= seen.fetch_max(t, SeqCst), "nested read went back");
+                INSIDE.store(false, SeqCst);
+            }
+        });
+        let mut last = 0;
+        for gap_s in [25u64, 50, 10, 100] {
+            m.advance(ms(gap_s * 1_000));
+            let truth = m.now_ns() - origin;
+            let mut t = 0;
+            for _ in 0..4 {
+                t = c.now().as_nanos();
+                assert!(t >= last, "{id:?}: back {last} -> {t}");
+                last = t;
+                if t + ms(5) >= truth {
+                    break;
+                }
+            }
+            assert!(
+                t + ms(5) >= truth,
+                "{id:?} after {gap_s} s: {t} ns, truth {truth} ns"
+            );
+        }
+        m.clear_rdtsc_hook();
+    }
+}
