@@ -749,3 +749,34 @@ fn reads_nested_inside_a_device_read_neither_wait_nor_lose_a_gap() {
         m.clear_rdtsc_hook();
     }
 }
+
+/// Where nothing spans a gap (a CPU without a TSC), the wraps it hid
+/// cannot be recovered; a gap the counter's own phase gives away (the
+/// reading lands more than an eighth of a wrap behind the last) is
+/// reported once by `Clock::unmeasured_gaps`, and the clock goes on.
+#[test]
+fn a_gap_nothing_measured_is_reported() {
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_cpuid(1, 0, clockhal_sim::regs(0x000906EA, 0, 0, 0))
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .build(),
+    );
+    let (c, _) = clock(m);
+    assert_eq!(c.source_id(), SourceId::AcpiPm, "{}", c.report().table());
+    assert_eq!(c.unmeasured_gaps(), 0);
+    // 0.75 of a 4.69 s wrap: behind the last reading by a quarter wrap.
+    let before = c.now().as_nanos();
+    m.advance(3_515_000_000);
+    for _ in 0..5 {
+        assert_eq!(c.now().as_nanos(), before);
+    }
+    assert_eq!(c.unmeasured_gaps(), 1, "one gap, counted once");
+    // The clock moves on once the counter comes round (the gap's time is lost).
+    m.advance(ms(1_500));
+    assert!(c.now().as_nanos() > before);
+    assert_eq!(c.unmeasured_gaps(), 1);
+    m.advance(ms(3_515));
+    c.now();
+    assert_eq!(c.unmeasured_gaps(), 2);
+}

@@ -210,6 +210,10 @@ pub struct Clock<H: Hardware + Clone> {
     /// Per CPU, the TSC and the current device's count at the clock's last
     /// reading of it ([`Clock::read_current_device`]).
     pub(crate) gap_witness: gap_witness::GapWitness,
+    /// [`Clock::unmeasured_gaps`], and whether the current device is held
+    /// across one now (one gap counts once).
+    pub(crate) unmeasured_gaps: AtomicU32,
+    pub(crate) in_unmeasured_gap: AtomicBool,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -315,6 +319,8 @@ impl<H: Hardware + Clone> Clock<H> {
             page_stale: AtomicBool::new(false),
             publish_requested: AtomicBool::new(false),
             gap_witness: gap_witness::GapWitness::new(),
+            unmeasured_gaps: AtomicU32::new(0),
+            in_unmeasured_gap: AtomicBool::new(false),
         };
         // The timeline starts at 0 on the selected source (whatever a
         // reused user page carried before: no reader holds yet).
@@ -419,6 +425,19 @@ impl<H: Hardware + Clone> Clock<H> {
     pub fn duration_to_ticks(&self, d: Duration) -> u64 {
         self.scale_of(self.current_index())
             .map_or(0, |s| s.ns_to_ticks_exact(d.as_nanos()))
+    }
+
+    /// How many gaps in the reads of the current software-extended device
+    /// (a 32-bit HPET, the PM timer) longer than half its wrap the clock
+    /// found and nothing measured (no TSC rate, no reading of it on this
+    /// CPU before the gap): each may have lost whole wraps, time the clock
+    /// did not count. A gap of whole wraps plus less than half of one
+    /// looks like a short interval to the counter alone and is not found;
+    /// read the clock (or tick the watchdog) within
+    /// [`ClockSource::max_read_interval`] to lose none.
+    /// Interrupt-safe: yes.
+    pub fn unmeasured_gaps(&self) -> u32 {
+        self.unmeasured_gaps.load(Ordering::Relaxed)
     }
 
     /// How many times the clock switched source (or rebased) at run time.

@@ -213,7 +213,10 @@ impl<H: Hardware + Clone> Clock<H> {
             self.scale_of(SourceId::Tsc.index()),
             self.scale_of(i),
         ) else {
-            return Some(src.read());
+            // No witness: a gap is at most found, and counted.
+            let r = src.read_near(None);
+            self.note_unmeasured_gap(!r.current);
+            return Some(r.ticks);
         };
         let state = self.state.load(Acquire);
         let (cpu, shared) = (self.hw.cpu_index(), self.tscs_agree());
@@ -235,10 +238,23 @@ impl<H: Hardware + Clone> Clock<H> {
         let took = self.hw.rdtsc().saturating_sub(tsc);
         let slow = scale.ns_to_ticks(tsc_scale.ticks_to_ns(took)) > interval / 4;
         if !r.current || slow {
+            self.note_unmeasured_gap(!r.current && estimate.is_none());
             return None;
         }
+        self.note_unmeasured_gap(false);
         self.gap_witness.record(cpu, shared, state, tsc, r.ticks);
         Some(r.ticks)
+    }
+
+    /// Counts a gap nothing measured once, at its first held reading.
+    #[inline]
+    fn note_unmeasured_gap(&self, held: bool) {
+        if self.in_unmeasured_gap.load(Relaxed) != held
+            && self.in_unmeasured_gap.swap(held, Relaxed) != held
+            && held
+        {
+            self.unmeasured_gaps.fetch_add(1, Relaxed);
+        }
     }
 
     /// Whether the TSCs of all CPUs agree (one CPU's TSC measures a gap
