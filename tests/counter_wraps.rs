@@ -780,3 +780,59 @@ fn a_gap_nothing_measured_is_reported() {
     c.now();
     assert_eq!(c.unmeasured_gaps(), 2);
 }
+
+/// The watchdog's member of the preemption class: a vCPU paused inside a
+/// tick, after the TSC that measures the tick's gap and before the
+/// members are read. A member's extension then meets a gap the tick did
+/// not measure; the interval must be judged as one with a pause (nothing
+/// at fault at once), never a demotion of an honest member.
+#[test]
+fn a_tick_paused_inside_demotes_no_member() {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    use std::sync::Arc;
+    for (cur, k) in [SourceId::Hpet, SourceId::AcpiPm, SourceId::Tsc]
+        .into_iter()
+        .flat_map(|id| (1..=6).map(move |k| (id, k)))
+    {
+        let m = leak(
+            SimConfig::cpu(2_000_000_000)
+                .with_invariant_tsc(true)
+                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+                .with_hpet(HpetConfig::qemu().narrow())
+                .build(),
+        );
+        let (c, _) = clock(m);
+        c.force(cur).unwrap();
+        for _ in 0..4 {
+            m.advance(ms(250));
+            assert!(!bad(&c.watchdog_tick()));
+        }
+        let n = Arc::new(AtomicU32::new(0));
+        let seen = n.clone();
+        m.set_rdtsc_hook(move |m| {
+            if seen.fetch_add(1, SeqCst) + 1 == k {
+                m.clear_rdtsc_hook();
+                // 25 s: 5.3 PM timer wraps (the plain rule's phase), 0.58
+                // of the narrow HPET's.
+                m.advance(ms(25_000));
+            }
+        });
+        m.advance(ms(250));
+        let e = c.watchdog_tick();
+        m.clear_rdtsc_hook();
+        assert!(
+            !bad(&e),
+            "{cur:?} pause after rdtsc {k}: {e:?}\n{}",
+            c.report().table()
+        );
+        for i in 0..12 {
+            m.advance(ms(250));
+            let e = c.watchdog_tick();
+            assert!(
+                !bad(&e),
+                "{cur:?} pause after rdtsc {k}, tick {i}: {e:?}\n{}",
+                c.report().table()
+            );
+        }
+    }
+}

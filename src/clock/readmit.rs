@@ -129,7 +129,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let served = |s: SourceId| {
             self.backends.serves(s, cpu) && (same_tsc || self.compares_across_cpus(s))
         };
-        let round = self.take_round(ref_src, 1, &ids, &sources, &served);
+        let round = self.take_round(ref_src, 1, &ids, &sources, &served)?;
         let p = readmission.probation.as_mut()?;
         let j = p.watchdog.check(&round, 1, 0, paused);
         match j.verdict(0) {

@@ -212,7 +212,7 @@ impl<H: Hardware + Clone> Clock<H> {
     fn tick_held(&self, st: &mut State) -> WatchdogEvent {
         // Every tick that may read the members measures the gap since the
         // previous one (never longer than since their last read).
-        let (gap_ns, same_tsc) = self.tick_gap(st);
+        let (gap_ns, same_tsc, tick_tsc) = self.tick_gap(st);
         // On a CPU the current source does not serve, nothing is judged,
         // and nothing a judged tick needs is taken: the restart request,
         // the guest-stopped latches and the host-fault counts stay for the
@@ -331,17 +331,37 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(ref_src) = sources[ref_id.index()] else {
             return WatchdogEvent::Inactive;
         };
-        self.span_gap(&mut st.last_round_ns, gap_ns, &ids[..n], cur, &sources);
-        let round = self.take_round(ref_src, reference, &ids[..n], &sources, &served);
+        self.span_gap(
+            &mut st.last_round_ns,
+            (gap_ns, tick_tsc),
+            &ids[..n],
+            cur,
+            &sources,
+        );
+        let Some(round) = self.take_round(ref_src, reference, &ids[..n], &sources, &served) else {
+            // The reference is held across a gap nothing measured: no count
+            // of now to judge against, and none to start from.
+            core.restart();
+            self.renew_supervision(st);
+            return WatchdogEvent::Judged {
+                source: cur,
+                reference: ref_id,
+                outcome: Outcome::Skipped,
+                verdict: MemberVerdict::NotJudged,
+            };
+        };
+        // A tick that took longer than an eighth of a member's wrap (a vCPU
+        // preempted or paused inside it) read the members after a gap it
+        // did not measure: an interval with a pause in it.
+        let paused = paused || self.took_a_pause(tick_tsc, &ids[..n], &sources);
+        // The next tick's gap starts at the members' reads, not at this
+        // tick's start (a pause in between is this interval's).
+        if let Some(last) = st.last_tick.as_mut() {
+            last.0 = self.hw.rdtsc_ordered();
+        }
         let j = core.check(&round, reference, cur_m, paused);
-        if (restart || paused) && self.supervised() {
-            // The tick came (the interval only was skipped): a supervised
-            // TSC stays current as long as ticks arrive.
-            let now = self.trusted_now(st);
-            self.deadline.store(
-                now.saturating_add(self.settings.supervision_timeout.as_nanos()),
-                Ordering::Release,
-            );
+        if restart || paused {
+            self.renew_supervision(st);
         }
         let mut event = if restart {
             WatchdogEvent::Restarted
@@ -392,8 +412,9 @@ impl<H: Hardware + Clone> Clock<H> {
     /// that jumped ahead must not add wraps to an honest counter: too short
     /// a gap only leaves wraps lost, as without a measure); `None` when
     /// nothing independent spans the gap. And whether this tick's TSC
-    /// compares with the previous tick's (the same CPU, or TSCs that agree).
-    fn tick_gap(&self, st: &mut State) -> (Option<u64>, bool) {
+    /// compares with the previous tick's (the same CPU, or TSCs that
+    /// agree), and the TSC it was measured at.
+    fn tick_gap(&self, st: &mut State) -> (Option<u64>, bool, u64) {
         let tsc = self.hw.rdtsc_ordered();
         // The anchor's counter, else the current source's when it is one
         // (a 64-bit HPET on a CPU without a TSC).
@@ -421,7 +442,42 @@ impl<H: Hardware + Clone> Clock<H> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        (gap, same_tsc)
+        (gap, same_tsc, tsc)
+    }
+
+    /// The tick came (the interval only was skipped): a supervised TSC
+    /// stays current as long as ticks arrive.
+    fn renew_supervision(&self, st: &mut State) {
+        if self.supervised() {
+            let now = self.trusted_now(st);
+            self.deadline.store(
+                now.saturating_add(self.settings.supervision_timeout.as_nanos()),
+                Ordering::Release,
+            );
+        }
+    }
+
+    /// Whether more time passed since `since` (this CPU's TSC at the
+    /// tick's start) than an eighth of a software-extended member's wrap:
+    /// its reading may have been placed without the time that passed.
+    /// `false` where the TSC's rate is unknown (nothing can tell).
+    fn took_a_pause(
+        &self,
+        since: u64,
+        ids: &[Option<SourceId>],
+        sources: &crate::candidate::Sources<'_>,
+    ) -> bool {
+        let Some(tsc_scale) = self.scale_of(SourceId::Tsc.index()) else {
+            return false;
+        };
+        let took_ns = tsc_scale.ticks_to_ns(self.hw.rdtsc_ordered().saturating_sub(since));
+        ids.iter().flatten().any(|id| {
+            let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
+                return false;
+            };
+            src.max_read_interval()
+                .is_some_and(|half| took_ns > scale.ticks_to_ns(half) / 4)
+        })
     }
 
     /// One reading of the current source, which keeps a device's
@@ -446,7 +502,7 @@ impl<H: Hardware + Clone> Clock<H> {
     fn span_gap(
         &self,
         last_round_ns: &mut Option<u64>,
-        gap_ns: Option<u64>,
+        (gap_ns, tick_tsc): (Option<u64>, u64),
         ids: &[Option<SourceId>],
         cur: SourceId,
         sources: &crate::candidate::Sources<'_>,
@@ -464,6 +520,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(g) = gap_ns.or(by_timeline) else {
             return;
         };
+        let tsc_scale = self.scale_of(SourceId::Tsc.index());
         for id in ids.iter().flatten().copied().filter(|id| *id != cur) {
             let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
                 continue;
@@ -471,7 +528,12 @@ impl<H: Hardware + Clone> Clock<H> {
             let Some(interval) = src.max_read_interval() else {
                 continue;
             };
-            let span = scale.ns_to_ticks(g);
+            // The gap to this read: the tick's, and the time since it was
+            // measured (a vCPU paused inside the tick).
+            let since = tsc_scale.map_or(0, |s| {
+                s.ticks_to_ns(self.hw.rdtsc_ordered().saturating_sub(tick_tsc))
+            });
+            let span = scale.ns_to_ticks(g.saturating_add(since));
             if span >= interval {
                 let _ = src.read_spanning(span);
             }
@@ -487,21 +549,29 @@ impl<H: Hardware + Clone> Clock<H> {
         ids: &[Option<SourceId>],
         sources: &crate::candidate::Sources<'_>,
         served: &dyn Fn(SourceId) -> bool,
-    ) -> Round {
+    ) -> Option<Round> {
         let mut best: Option<Round> = None;
         for _ in 0..3 {
-            let before = reference.read();
-            let mut r = Round::new(before, before);
+            let before = reference.read_near(None);
+            let mut r = Round::new(before.ticks, before.ticks);
             for (i, id) in ids.iter().enumerate() {
                 if i == ref_index {
                     continue;
                 }
+                // A software-extended member held across a gap nothing
+                // measured gives no count of now: it sits the round out
+                // (never "stopped" for a tick gap longer than its wrap).
                 r.ticks[i] = id
                     .filter(|id| served(*id))
                     .and_then(|id| sources[id.index()])
-                    .map(|s| s.read());
+                    .map(|s| s.read_near(None))
+                    .and_then(|r| r.current.then_some(r.ticks));
             }
-            r.ref_after = reference.read();
+            let after = reference.read_near(None);
+            if !before.current || !after.current {
+                return None;
+            }
+            r.ref_after = after.ticks;
             let w = r.ref_after.wrapping_sub(r.ref_before);
             if best.is_none_or(|b| w < b.ref_after.wrapping_sub(b.ref_before)) {
                 best = Some(r);
@@ -510,7 +580,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 break;
             }
         }
-        best.unwrap_or(Round::new(0, 0))
+        best
     }
 
     /// Whether `id`'s correctness rests on an unverified claim (a
