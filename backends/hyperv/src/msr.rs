@@ -1,7 +1,7 @@
 //! The partition reference counter MSR: the "hyperv-msr" clock.
 
 use crate::HV_RATE;
-use clockhal_core::{ClockSource, Frequency, MonotonicClamp, Quality, ReadCost, Stability};
+use clockhal_core::{ClockSource, Frequency, Quality, ReadCost, Stability, WrapExtender};
 use clockhal_x86::{rdmsr_checked, Hardware, Msr};
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -9,7 +9,8 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub const MSR_RATING: Quality = Quality::new(280);
 
 /// What the MSR clock guarantees: one partition-wide counter, kept
-/// monotonic against a hostile one by a global clamp.
+/// monotonic against a hostile one as every device counter is (a reading
+/// behind the last is held).
 pub const MSR_STABILITY: Stability = Stability::MONOTONIC_PER_CPU
     .union(Stability::MONOTONIC_ACROSS_CPUS)
     .union(Stability::INVARIANT_RATE)
@@ -22,15 +23,16 @@ pub const MSR_STABILITY: Stability = Stability::MONOTONIC_PER_CPU
 /// Also the fallback of [`HypervPageClock`](crate::HypervPageClock) while
 /// the page is invalid.
 ///
-/// The clamp keeps readings monotonic, so one garbage value far ahead
-/// holds the clock there until the counter catches up: the partition's
-/// word is all this clock has. `clockhal`'s `Clock` checks such a jump
+/// Readings are kept monotonic as a 64-bit device counter's are (a
+/// [`WrapExtender`] of 64 bits: a reading behind the last is held), so one
+/// garbage value less than 2^63 ahead holds the clock there until the
+/// counter catches up: the partition's word is all this clock has. `clockhal`'s `Clock` checks such a jump
 /// against an independent counter before returning it.
 #[derive(Debug)]
 pub struct HypervMsrClock<H: Hardware> {
     pub(crate) hw: H,
-    /// One partition-wide counter: a global clamp orders its readings.
-    clamp: MonotonicClamp,
+    /// One partition-wide counter: its readings in order, on every CPU.
+    ext: WrapExtender,
     faults: AtomicU64,
 }
 
@@ -38,7 +40,7 @@ impl<H: Hardware> HypervMsrClock<H> {
     pub(crate) fn new(hw: H) -> Self {
         HypervMsrClock {
             hw,
-            clamp: MonotonicClamp::new(),
+            ext: WrapExtender::new(64, 0),
             faults: AtomicU64::new(0),
         }
     }
@@ -48,16 +50,16 @@ impl<H: Hardware> HypervMsrClock<H> {
     /// Interrupt-safe: yes.
     #[inline]
     pub fn read_100ns(&self) -> u64 {
-        self.clamp.clamp(self.raw_100ns())
+        self.ext.extend(self.raw_100ns())
     }
 
-    /// TIME_REF_COUNT as the partition returns it (no clamp). Read with a
+    /// TIME_REF_COUNT as the partition returns it (not kept in order). Read with a
     /// #GP-recovering read where the OS offers one: a partition that
     /// withdraws the MSR after the probe gives the last value (held, and
     /// counted in [`faults`](Self::faults)) instead of a crash.
     #[inline]
     pub(crate) fn raw_100ns(&self) -> u64 {
-        self.try_raw_100ns().unwrap_or_else(|| self.clamp.last())
+        self.try_raw_100ns().unwrap_or_else(|| self.ext.last())
     }
 
     /// TIME_REF_COUNT, or `None` (counted in [`faults`](Self::faults))
@@ -78,11 +80,11 @@ impl<H: Hardware> HypervMsrClock<H> {
         self.faults.load(Relaxed)
     }
 
-    /// Forgets the clamp (after a restore that moved the partition's
-    /// reference time back).
+    /// Forgets the last reading (after a restore that moved the
+    /// partition's reference time back).
     /// Interrupt-safe: no (a per-CPU lifecycle step).
     pub fn reset_monotonic(&self) {
-        self.clamp.reset()
+        self.ext.reset(0)
     }
 
     /// The hardware access this clock was built with.
