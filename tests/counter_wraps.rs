@@ -24,6 +24,27 @@ mod adversarial;
 
 use adversarial::{bad, clock, clock_with, leak, ms, SimClock};
 
+/// The PM timer counted the time since its reading `p0` at machine time
+/// `n0` (within 1 ms), and the next tick still judges.
+fn pm_counted_the_truth_and_is_judged(c: &SimClock, m: &SimMachine, p0: u64, n0: u64) {
+    let pm = c.source_of(SourceId::AcpiPm).unwrap();
+    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
+    let truth = (m.now_ns() - n0) as u128;
+    assert!(
+        counted.abs_diff(truth) < 1_000_000,
+        "{counted} of {truth}\n{}",
+        c.report().table()
+    );
+    assert!(
+        matches!(
+            m.on_cpu(0, || c.watchdog_tick()),
+            clockhal::WatchdogEvent::Judged { .. }
+        ),
+        "{}",
+        c.report().table()
+    );
+}
+
 /// Reads every `step_ns`, `n` times; each reading must be within `tol_ns`
 /// of the machine's true elapsed time and never go back.
 fn reads_track_truth(
@@ -224,22 +245,7 @@ fn without_a_tsc_the_clock_s_own_counter_spans_the_gap() {
         .filter(bad)
         .collect();
     assert!(evs.is_empty(), "{evs:?}\n{}", c.report().table());
-    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
-    let truth = (m.now_ns() - n0) as u128;
-    assert!(
-        counted.abs_diff(truth) < 1_000_000,
-        "{counted} of {truth}\n{}",
-        c.report().table()
-    );
-    // Still judged: every tick compares the HPET with the PM timer.
-    assert!(
-        matches!(
-            m.on_cpu(0, || c.watchdog_tick()),
-            clockhal::WatchdogEvent::Judged { .. }
-        ),
-        "{}",
-        c.report().table()
-    );
+    pm_counted_the_truth_and_is_judged(&c, m, p0, n0);
 }
 
 #[test]
@@ -486,22 +492,7 @@ fn watchdog_ticks_on_cpus_with_offset_tscs_add_no_wrap_to_a_member() {
         let e = m.on_cpu(i % 2, || c.watchdog_tick());
         assert!(!bad(&e), "tick {i}: {e:?}\n{}", c.report().table());
     }
-    let counted = (pm.read() - p0) as u128 * 1_000_000_000 / 3_579_545;
-    let truth = (m.now_ns() - n0) as u128;
-    assert!(
-        counted.abs_diff(truth) < 1_000_000,
-        "{counted} of {truth}\n{}",
-        c.report().table()
-    );
-    // Still judged: every tick compares the HPET with the PM timer.
-    assert!(
-        matches!(
-            m.on_cpu(0, || c.watchdog_tick()),
-            clockhal::WatchdogEvent::Judged { .. }
-        ),
-        "{}",
-        c.report().table()
-    );
+    pm_counted_the_truth_and_is_judged(&c, m, p0, n0);
 }
 
 /// The jump check's member of the class: its anchor (an independent
