@@ -222,12 +222,13 @@ impl<C: Cell64> WrapExtender<C> {
             if let Some(e) = estimate {
                 // The value of `raw`'s phase nearest the estimate.
                 let ahead = raw.wrapping_sub(e) & mask;
+                // (None past either end of u64: no placement.)
                 let (v, off) = if ahead <= half {
-                    (e.wrapping_add(ahead), ahead)
+                    (e.checked_add(ahead), ahead)
                 } else {
-                    (e.wrapping_sub(wrap - ahead), wrap - ahead)
+                    (e.checked_sub(wrap - ahead), wrap - ahead)
                 };
-                if off <= slack {
+                if let Some(v) = v.filter(|_| off <= slack) {
                     return (v > last).then_some(v);
                 }
             }
@@ -343,6 +344,10 @@ mod tests {
         // held, and said to be no current count.
         let r = ext.extend_near(1_000 + wrap * 5 / 8, Some(7 * wrap));
         assert_eq!((r.ticks, r.current), (1_000, false));
+        // An estimate at the top of u64 places nothing (the plain rule).
+        let ext2: WrapExtender = WrapExtender::new(24, 0);
+        let r = ext2.extend_near(5, Some(u64::MAX - 2));
+        assert_eq!((r.ticks, r.current), (5, true));
         // A 64-bit counter needs no estimate.
         let wide: WrapExtender = WrapExtender::new(64, 5);
         let r = wide.extend_near(9, Some(1 << 60));

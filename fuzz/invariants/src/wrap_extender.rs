@@ -6,6 +6,11 @@
 //! - For any raw value: the result either holds the last value or moves it
 //!   forward by `0 < step <= 2^(N-1)` to a value congruent to the raw
 //!   reading modulo `2^N` — never backwards.
+//! - `extend_near` with an estimate within a ninth of a wrap of the true
+//!   counter counts any gap (whole wraps included) exactly; with any
+//!   estimate it never goes back, lands on the raw reading's phase when it
+//!   moves, moves by more than half a wrap only to within an eighth of a
+//!   wrap of the estimate, and says `current: false` only when it held.
 //! - `reset` restarts the timeline at the raw value; `bits` and
 //!   `max_read_interval` describe the clamped width.
 
@@ -21,6 +26,11 @@ enum Op {
     Raw(u64),
     /// Restart at a raw value (resume).
     Reset(u64),
+    /// The true counter advances by any `step` (a gap; below 2^40 ticks)
+    /// and is read with an estimate off by `err` (under a ninth of a wrap).
+    Gap(u64, u64, bool),
+    /// A raw reading with any estimate, or none.
+    Near(u64, Option<u64>),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -68,6 +78,58 @@ fn run<C: Cell64>(case: &Case) {
                 }
                 assert_eq!(ext.last(), got);
                 truth = got;
+            }
+            // (Extended values far below the top of u64, as real ones are.)
+            Op::Gap(step, err, below) if bits < 64 && truth < 1 << 62 => {
+                truth = truth.wrapping_add(1 + step % (1 << 40));
+                let wrap = mask + 1;
+                let err = err % (wrap / 9).max(1);
+                let e = if below {
+                    truth.saturating_sub(err)
+                } else {
+                    truth.saturating_add(err)
+                };
+                let r = ext.extend_near(truth & mask, Some(e));
+                assert_eq!(
+                    (r.ticks, r.current),
+                    (truth, true),
+                    "bits={bits}: estimate {e}"
+                );
+            }
+            Op::Gap(step, _, _) if bits == 64 => {
+                truth = truth.wrapping_add(step % (half + 1));
+                assert_eq!(ext.extend_near(truth, None).ticks, truth);
+            }
+            Op::Gap(..) => {}
+            Op::Near(raw, estimate) => {
+                let r = ext.extend_near(raw, estimate);
+                // A 64-bit counter's values wrap with it; a narrower one's
+                // extension never goes back.
+                let step = r.ticks.wrapping_sub(truth);
+                if bits < 64 {
+                    assert!(r.ticks >= truth, "bits={bits}: back {truth} -> {}", r.ticks);
+                } else {
+                    assert!(step <= half, "bits=64: moved {step}");
+                }
+                if step != 0 {
+                    assert_eq!(
+                        r.ticks & mask,
+                        raw & mask,
+                        "bits={bits}: not the raw reading"
+                    );
+                    assert!(r.current, "bits={bits}: moved but not current");
+                }
+                if step > half {
+                    let e = estimate.expect("moved more than half a wrap without an estimate");
+                    let slack = (mask / 8).saturating_add(1);
+                    assert!(
+                        r.ticks.abs_diff(e) <= slack,
+                        "bits={bits}: {} far from {e}",
+                        r.ticks
+                    );
+                }
+                assert_eq!(ext.last(), r.ticks);
+                truth = r.ticks;
             }
             Op::Reset(raw) => {
                 ext.reset(raw);
