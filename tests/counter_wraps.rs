@@ -827,3 +827,65 @@ fn a_tick_paused_inside_demotes_no_member() {
         }
     }
 }
+
+/// The same pause inside a tick on a KVM guest (kvmclock current; a
+/// narrow HPET and the PM timer as members), with QEMU's stop/cont
+/// semantics available to the backend: nothing honest is demoted, and
+/// judging resumes.
+#[test]
+fn a_tick_paused_inside_on_kvm_demotes_no_member() {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    use std::sync::Arc;
+    for k in 1..=8 {
+        let m = leak(
+            SimMachine::kvm_config()
+                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+                .with_hpet(HpetConfig::qemu().narrow())
+                .build(),
+        );
+        let (c, _) = clock(m);
+        assert_eq!(c.source_id(), SourceId::Kvmclock, "{}", c.report().table());
+        for _ in 0..4 {
+            m.advance(ms(250));
+            assert!(!bad(&c.watchdog_tick()));
+        }
+        let n = Arc::new(AtomicU32::new(0));
+        let seen = n.clone();
+        m.set_rdtsc_hook(move |m| {
+            if seen.fetch_add(1, SeqCst) + 1 == k {
+                m.clear_rdtsc_hook();
+                m.advance(ms(25_000));
+            }
+        });
+        m.advance(ms(250));
+        let e = c.watchdog_tick();
+        m.clear_rdtsc_hook();
+        assert!(
+            !bad(&e),
+            "pause after rdtsc {k}: {e:?}\n{}",
+            c.report().table()
+        );
+        let mut judged = 0;
+        for i in 0..12 {
+            m.advance(ms(250));
+            let e = c.watchdog_tick();
+            assert!(
+                !bad(&e),
+                "pause after rdtsc {k}, tick {i}: {e:?}\n{}",
+                c.report().table()
+            );
+            judged += usize::from(matches!(
+                e,
+                clockhal::WatchdogEvent::Judged {
+                    outcome: clockhal::Outcome::Judged,
+                    ..
+                }
+            ));
+        }
+        assert!(
+            judged >= 8,
+            "pause after rdtsc {k}: {judged} of 12 ticks judged"
+        );
+        assert_eq!(c.source_id(), SourceId::Kvmclock, "{}", c.report().table());
+    }
+}
