@@ -192,6 +192,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// ([`WatchdogEvent::NotServed`]), and members not served there sit
     /// the round out.
     ///
+    /// The raw TSC, where the TSCs are not known to agree across CPUs
+    /// (no warp test, or found out of step), is judged only over intervals
+    /// between two ticks on the same CPU: tick on one CPU for it to be
+    /// judged (it sits out a tick on another CPU than the last).
+    ///
     /// After a gap in the ticks longer than a member's read interval (a
     /// 24-bit PM timer's 2.3 s: interrupts off), the wraps it hid are
     /// recovered from the TSC; a source demoted only because the ticks
