@@ -8,6 +8,16 @@
 use clockhal_core::PER_CPU_SLOTS;
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
+/// Whether a read or a round that took `took_ns` may have met a gap it did
+/// not measure, for a counter whose half wrap is `half_wrap_ns`: it took
+/// more than an eighth of the wrap. Never below 50 ms: a counter that wraps
+/// faster than a loaded host's ticks take (the PIT's 55 ms) places its own
+/// reads by the TSC (`clockhal-pit` brackets each latch).
+pub(crate) fn took_a_pause(took_ns: u64, half_wrap_ns: u64) -> bool {
+    const FLOOR_NS: u64 = 50_000_000;
+    took_ns > (half_wrap_ns / 4).max(FLOOR_NS)
+}
+
 /// Reads of a pair that find it being written before giving up.
 const TRIES: usize = 16;
 
@@ -116,5 +126,41 @@ impl GapWitness {
         p.tsc.store(tsc, Ordering::Relaxed);
         p.ticks.store(ticks, Ordering::Relaxed);
         p.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pause_is_an_eighth_of_a_wrap_and_never_below_50_ms() {
+        // The PM timer: half a wrap 2.34 s.
+        assert!(!took_a_pause(580_000_000, 2_343_484_000));
+        assert!(took_a_pause(590_000_000, 2_343_484_000));
+        // The PIT: half a wrap 27.5 ms; its own TSC brackets place it.
+        assert!(!took_a_pause(40_000_000, 27_462_000));
+        assert!(took_a_pause(60_000_000, 27_462_000));
+    }
+
+    #[test]
+    fn a_pair_serves_its_cpu_and_state_only() {
+        let w = GapWitness::new();
+        assert!(matches!(w.get(1, false, 7), Ok(None)));
+        w.record(1, false, 7, 1_000, 50);
+        assert!(matches!(w.get(1, false, 7), Ok(Some((1_000, 50)))));
+        // Another state word (a switch), another CPU sharing the entry.
+        assert!(matches!(w.get(1, false, 8), Ok(None)));
+        assert!(matches!(w.get(1 + PER_CPU_SLOTS, false, 7), Ok(None)));
+        // Shared (TSCs agree): any CPU's pair.
+        w.record(3, true, 7, 2_000, 60);
+        assert!(matches!(w.get(5, true, 7), Ok(Some((2_000, 60)))));
+        // A pair being written (an interrupted writer on this CPU).
+        let p = w.pair(1, false);
+        p.seq.fetch_add(1, Ordering::SeqCst);
+        assert!(w.get(1, false, 7).is_err());
+        w.record(1, false, 7, 3_000, 70);
+        p.seq.fetch_add(1, Ordering::SeqCst);
+        assert!(matches!(w.get(1, false, 7), Ok(Some((1_000, 50)))));
     }
 }

@@ -199,8 +199,9 @@ impl<H: Hardware + Clone> Clock<H> {
     /// extension places the reading at the wrap nearest it
     /// ([`ClockSource::read_near`]). Only readings that are the device's
     /// count then become pairs; `None` (hold) for one held across a gap
-    /// nothing measured, and while the pair stays busy. Where no TSC spans the gap, wraps a gap hid stay
-    /// lost, as `max_read_interval` warns.
+    /// nothing measured, and while the pair stays busy. Where no TSC
+    /// spans the gap, wraps a gap hid stay lost, as `max_read_interval`
+    /// warns.
     ///
     /// [`ClockSource::read_near`]: clockhal_core::ClockSource::read_near
     pub(crate) fn read_current_device(
@@ -231,12 +232,12 @@ impl<H: Hardware + Clone> Clock<H> {
         });
         let r = src.read_near(estimate);
         // A read that took more than an eighth of a wrap (a vCPU preempted
-        // or paused inside it) may have been placed without the gap that
-        // passed meanwhile: not returned, not a pair. Its count is at most
-        // the truth, so the next reading, estimated from the pair before,
-        // moves on past it.
-        let took = self.hw.rdtsc().saturating_sub(tsc);
-        let slow = scale.ns_to_ticks(tsc_scale.ticks_to_ns(took)) > interval / 4;
+        // or paused inside it; `took_a_pause`) may have been placed
+        // without the gap that passed meanwhile: not returned, not a pair.
+        // Its count is at most the truth, so the next reading, estimated
+        // from the pair before, moves on past it.
+        let took_ns = tsc_scale.ticks_to_ns(self.hw.rdtsc().saturating_sub(tsc));
+        let slow = super::gap_witness::took_a_pause(took_ns, scale.ticks_to_ns(interval));
         if !r.current || slow {
             self.note_unmeasured_gap(!r.current && estimate.is_none());
             return None;

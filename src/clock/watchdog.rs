@@ -463,8 +463,9 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// Whether more time passed since `since` (this CPU's TSC at the
-    /// tick's start) than an eighth of a software-extended member's wrap:
-    /// its reading may have been placed without the time that passed.
+    /// tick's start) than an eighth of a software-extended member's wrap
+    /// ([`took_a_pause`](super::gap_witness::took_a_pause)): its reading
+    /// may have been placed without the time that passed.
     /// `false` where the TSC's rate is unknown (nothing can tell).
     fn took_a_pause(
         &self,
@@ -480,8 +481,9 @@ impl<H: Hardware + Clone> Clock<H> {
             let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
                 return false;
             };
-            src.max_read_interval()
-                .is_some_and(|half| took_ns > scale.ticks_to_ns(half) / 4)
+            src.max_read_interval().is_some_and(|half| {
+                super::gap_witness::took_a_pause(took_ns, scale.ticks_to_ns(half))
+            })
         })
     }
 
