@@ -174,6 +174,16 @@ impl<H: Hardware> AcpiPm<H> {
         self.hw.inl(self.port) & self.mask
     }
 
+    /// The counter now as this mode reads it: one port read (fast), or a
+    /// verified one (`None` when every attempt tore).
+    #[inline]
+    fn raw_now(&self) -> Option<u32> {
+        match self.mode {
+            PmMode::Fast => Some(self.raw()),
+            PmMode::Verified => self.verified_raw(),
+        }
+    }
+
     /// Three reads in order modulo the wrap, spanning a plausible interval:
     /// the middle one is good. `None` when every attempt tore.
     fn verified_raw(&self) -> Option<u32> {
@@ -223,12 +233,9 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
     /// is returned again, so time stalls for one read instead of jumping.
     #[inline]
     fn read(&self) -> u64 {
-        match self.mode {
-            PmMode::Fast => self.ext.extend(self.raw() as u64),
-            PmMode::Verified => match self.verified_raw() {
-                Some(v) => self.ext.extend(v as u64),
-                None => self.ext.last(),
-            },
+        match self.raw_now() {
+            Some(v) => self.ext.extend(v as u64),
+            None => self.ext.last(),
         }
     }
 
@@ -259,21 +266,14 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
     }
 
     fn read_spanning(&self, span: u64) -> u64 {
-        match self.mode {
-            PmMode::Fast => self.ext.extend_spanning(self.raw() as u64, span),
-            PmMode::Verified => match self.verified_raw() {
-                Some(v) => self.ext.extend_spanning(v as u64, span),
-                None => self.ext.last(),
-            },
+        match self.raw_now() {
+            Some(v) => self.ext.extend_spanning(v as u64, span),
+            None => self.ext.last(),
         }
     }
 
     fn read_near(&self, estimate: Option<u64>) -> Extended {
-        let raw = match self.mode {
-            PmMode::Fast => Some(self.raw()),
-            PmMode::Verified => self.verified_raw(),
-        };
-        match raw {
+        match self.raw_now() {
             Some(v) => self.ext.extend_near(v as u64, estimate),
             // No reading agreed with itself: the last value, which is not
             // known to be the count now.
