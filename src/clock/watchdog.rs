@@ -358,11 +358,12 @@ impl<H: Hardware + Clone> Clock<H> {
         // A tick that took longer than an eighth of a member's wrap (a vCPU
         // preempted or paused inside it) read the members after a gap it
         // did not measure: an interval with a pause in it.
-        let paused = paused || self.took_a_pause(tick_tsc, &ids[..n], &sources);
+        let round_end = self.hw.rdtsc_ordered();
+        let paused = paused || self.took_a_pause(tick_tsc, round_end, &ids[..n], &sources);
         // The next tick's gap starts at the members' reads, not at this
         // tick's start (a pause in between is this interval's).
         if let Some(last) = st.last_tick.as_mut() {
-            last.0 = self.hw.rdtsc_ordered();
+            last.0 = round_end;
         }
         let j = core.check(&round, reference, cur_m, paused);
         if restart || paused {
@@ -462,21 +463,23 @@ impl<H: Hardware + Clone> Clock<H> {
         }
     }
 
-    /// Whether more time passed since `since` (this CPU's TSC at the
-    /// tick's start) than an eighth of a software-extended member's wrap
+    /// Whether more time passed from `since` (this CPU's TSC at the
+    /// tick's start) to `until` than an eighth of a software-extended
+    /// member's wrap
     /// ([`took_a_pause`](super::gap_witness::took_a_pause)): its reading
     /// may have been placed without the time that passed.
     /// `false` where the TSC's rate is unknown (nothing can tell).
     fn took_a_pause(
         &self,
         since: u64,
+        until: u64,
         ids: &[Option<SourceId>],
         sources: &crate::candidate::Sources<'_>,
     ) -> bool {
         let Some(tsc_scale) = self.scale_of(SourceId::Tsc.index()) else {
             return false;
         };
-        let took_ns = tsc_scale.ticks_to_ns(self.hw.rdtsc_ordered().saturating_sub(since));
+        let took_ns = tsc_scale.ticks_to_ns(until.saturating_sub(since));
         ids.iter().flatten().any(|id| {
             let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
                 return false;
