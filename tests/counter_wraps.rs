@@ -24,6 +24,29 @@ mod adversarial;
 
 use adversarial::{bad, clock, clock_with, leak, ms, SimClock};
 
+/// A 2 GHz machine with a 32-bit HPET at 100 MHz (a wrap every 42.9 s)
+/// and the PM timer (24 bits, 4.7 s): the software-extended counters whose
+/// wraps a gap can hide.
+fn narrow_hpet_and_pm(invariant_tsc: bool) -> SimConfig {
+    SimConfig::cpu(2_000_000_000)
+        .with_invariant_tsc(invariant_tsc)
+        .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+        .with_hpet(HpetConfig::qemu().narrow())
+}
+
+/// Moves the machine on by `gap_ns` right after its `k`-th `rdtsc` from
+/// now, once: a vCPU paused at that point of whatever runs next.
+fn pause_after_rdtsc(m: &SimMachine, k: u32, gap_ns: u64) {
+    let mut n = 0;
+    m.set_rdtsc_hook(move |m| {
+        n += 1;
+        if n == k {
+            m.clear_rdtsc_hook();
+            m.advance(gap_ns);
+        }
+    });
+}
+
 /// The PM timer counted the time since its reading `p0` at machine time
 /// `n0` (within 1 ms), and the next tick still judges.
 fn pm_counted_the_truth_and_is_judged(c: &SimClock, m: &SimMachine, p0: u64, n0: u64) {
@@ -283,13 +306,7 @@ fn a_tsc_that_jumps_an_hour_adds_no_wrap_to_an_honest_pm_timer() {
 /// no tick comes for `idle_s`. Its next reading must still count the
 /// whole gap (the TSC spans it), never hold it as "more than half a wrap".
 fn idle_narrow_hpet(idle_s: u64) {
-    let m = leak(
-        SimConfig::cpu(2_000_000_000)
-            .with_invariant_tsc(false)
-            .with_hpet(HpetConfig::qemu().narrow())
-            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-            .build(),
-    );
+    let m = leak(narrow_hpet_and_pm(false).build());
     let (c, _) = clock(m);
     // The supervised TSC would be chosen; the OS prefers the HPET.
     c.force(SourceId::Hpet).unwrap();
@@ -330,11 +347,8 @@ fn another_cpu_s_tsc_offset_adds_no_wrap_to_the_current_pm_timer() {
     // like two missed wraps and fit the counter's phase exactly.
     let two_wraps = (2u128 << 24) * 2_000_000_000 / 3_579_545;
     let m = leak(
-        SimConfig::cpu(2_000_000_000)
-            .with_invariant_tsc(false)
+        narrow_hpet_and_pm(false)
             .with_cpus(2, &[0, two_wraps as i64])
-            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-            .with_hpet(HpetConfig::qemu().narrow())
             .build(),
     );
     let (c, _) = clock(m);
@@ -361,14 +375,7 @@ fn two_cpus_reading_at_once_after_an_idle_gap_lose_no_wrap() {
     // right after the gap (one recovers the wraps, the other holds
     // meanwhile), with time moving on under them: every reading after the
     // gap counts it, and neither CPU ever goes back.
-    let m = leak(
-        SimConfig::cpu(2_000_000_000)
-            .with_invariant_tsc(true)
-            .with_cpus(2, &[0, 0])
-            .with_hpet(HpetConfig::qemu().narrow())
-            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-            .build(),
-    );
+    let m = leak(narrow_hpet_and_pm(true).with_cpus(2, &[0, 0]).build());
     let (c, _) = clock(m);
     c.force(SourceId::Hpet).unwrap();
     for _ in 0..4 {
@@ -428,11 +435,8 @@ fn two_cpus_reading_at_once_after_an_idle_gap_lose_no_wrap() {
 fn the_first_reader_after_a_gap_counts_it_whoever_read_last() {
     for id in [SourceId::AcpiPm, SourceId::Hpet] {
         let m = leak(
-            SimConfig::cpu(2_000_000_000)
-                .with_invariant_tsc(false)
+            narrow_hpet_and_pm(false)
                 .with_cpus(3, &[0, 7_777_777_777, -3_333_333_333])
-                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-                .with_hpet(HpetConfig::qemu().narrow())
                 .build(),
         );
         let (c, _) = clock(m);
@@ -476,11 +480,8 @@ fn the_first_reader_after_a_gap_counts_it_whoever_read_last() {
 fn watchdog_ticks_on_cpus_with_offset_tscs_add_no_wrap_to_a_member() {
     let two_wraps = (2u128 << 24) * 2_000_000_000 / 3_579_545;
     let m = leak(
-        SimConfig::cpu(2_000_000_000)
-            .with_invariant_tsc(false)
+        narrow_hpet_and_pm(false)
             .with_cpus(2, &[0, two_wraps as i64])
-            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-            .with_hpet(HpetConfig::qemu().narrow())
             .build(),
     );
     let (c, _) = clock(m);
@@ -503,11 +504,8 @@ fn watchdog_ticks_on_cpus_with_offset_tscs_add_no_wrap_to_a_member() {
 #[test]
 fn a_reading_after_a_gap_on_another_cpu_is_no_jump() {
     let m = leak(
-        SimConfig::cpu(2_000_000_000)
-            .with_invariant_tsc(false)
+        narrow_hpet_and_pm(false)
             .with_cpus(2, &[0, 20_000_000_000])
-            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-            .with_hpet(HpetConfig::qemu().narrow())
             .build(),
     );
     let (c, _) = clock(m);
@@ -548,14 +546,7 @@ fn four_cpus_reading_through_idle_gaps_and_ticks_from_any_cpu() {
         .into_iter()
         .flat_map(|o| [(o, SourceId::AcpiPm), (o, SourceId::Hpet)])
     {
-        let m = leak(
-            SimConfig::cpu(2_000_000_000)
-                .with_invariant_tsc(synced)
-                .with_cpus(4, offsets)
-                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-                .with_hpet(HpetConfig::qemu().narrow())
-                .build(),
-        );
+        let m = leak(narrow_hpet_and_pm(synced).with_cpus(4, offsets).build());
         let (c, _) = if synced {
             clock_with(m, |p| p.tsc_sync(clockhal::tsc::SyncStatus::Synchronized))
         } else {
@@ -643,8 +634,6 @@ fn four_cpus_reading_through_idle_gaps_and_ticks_from_any_cpu() {
 /// Such a read now holds, and the next one counts the gap.
 #[test]
 fn a_read_preempted_between_its_tsc_and_its_count_loses_no_wrap() {
-    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
-    use std::sync::Arc;
     // The gap comes right after the k-th rdtsc of one `now()` (whichever
     // of its TSC readings that is).
     // Gaps whose phase the plain rule accepts: 5.3 PM timer wraps, 1.17
@@ -653,26 +642,13 @@ fn a_read_preempted_between_its_tsc_and_its_count_loses_no_wrap() {
         .into_iter()
         .flat_map(|g| (1..=4).map(move |k| (g, k)))
     {
-        let m = leak(
-            SimConfig::cpu(2_000_000_000)
-                .with_invariant_tsc(false)
-                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-                .with_hpet(HpetConfig::qemu().narrow())
-                .build(),
-        );
+        let m = leak(narrow_hpet_and_pm(false).build());
         let (c, _) = clock(m);
         c.force(id).unwrap();
         let origin = m.now_ns() - c.now().as_nanos();
         m.advance(ms(1));
         let before = c.now().as_nanos();
-        let n = Arc::new(AtomicU32::new(0));
-        let seen = n.clone();
-        m.set_rdtsc_hook(move |m| {
-            if seen.fetch_add(1, SeqCst) + 1 == k {
-                m.clear_rdtsc_hook();
-                m.advance(gap);
-            }
-        });
+        pause_after_rdtsc(m, k, gap);
         let t = c.now().as_nanos();
         m.clear_rdtsc_hook();
         let truth = m.now_ns() - origin;
@@ -699,13 +675,7 @@ fn a_read_preempted_between_its_tsc_and_its_count_loses_no_wrap() {
 fn reads_nested_inside_a_device_read_neither_wait_nor_lose_a_gap() {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     for id in [SourceId::AcpiPm, SourceId::Hpet] {
-        let m = leak(
-            SimConfig::cpu(2_000_000_000)
-                .with_invariant_tsc(false)
-                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-                .with_hpet(HpetConfig::qemu().narrow())
-                .build(),
-        );
+        let m = leak(narrow_hpet_and_pm(false).build());
         let c: &'static SimClock = Box::leak(Box::new(clock(m).0));
         c.force(id).unwrap();
         let origin = m.now_ns() - c.now().as_nanos();
@@ -779,35 +749,20 @@ fn a_gap_nothing_measured_is_reported() {
 /// at fault at once), never a demotion of an honest member.
 #[test]
 fn a_tick_paused_inside_demotes_no_member() {
-    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
-    use std::sync::Arc;
     for (cur, k) in [SourceId::Hpet, SourceId::AcpiPm, SourceId::Tsc]
         .into_iter()
         .flat_map(|id| (1..=6).map(move |k| (id, k)))
     {
-        let m = leak(
-            SimConfig::cpu(2_000_000_000)
-                .with_invariant_tsc(true)
-                .with_pm_timer(clockhal_sim::PmTimerConfig::default())
-                .with_hpet(HpetConfig::qemu().narrow())
-                .build(),
-        );
+        let m = leak(narrow_hpet_and_pm(true).build());
         let (c, _) = clock(m);
         c.force(cur).unwrap();
         for _ in 0..4 {
             m.advance(ms(250));
             assert!(!bad(&c.watchdog_tick()));
         }
-        let n = Arc::new(AtomicU32::new(0));
-        let seen = n.clone();
-        m.set_rdtsc_hook(move |m| {
-            if seen.fetch_add(1, SeqCst) + 1 == k {
-                m.clear_rdtsc_hook();
-                // 25 s: 5.3 PM timer wraps (the plain rule's phase), 0.58
-                // of the narrow HPET's.
-                m.advance(ms(25_000));
-            }
-        });
+        // 25 s: 5.3 PM timer wraps (the plain rule's phase), 0.58 of the
+        // narrow HPET's.
+        pause_after_rdtsc(m, k, ms(25_000));
         m.advance(ms(250));
         let e = c.watchdog_tick();
         m.clear_rdtsc_hook();
@@ -834,8 +789,6 @@ fn a_tick_paused_inside_demotes_no_member() {
 /// judging resumes.
 #[test]
 fn a_tick_paused_inside_on_kvm_demotes_no_member() {
-    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
-    use std::sync::Arc;
     for k in 1..=8 {
         let m = leak(
             SimMachine::kvm_config()
@@ -849,14 +802,7 @@ fn a_tick_paused_inside_on_kvm_demotes_no_member() {
             m.advance(ms(250));
             assert!(!bad(&c.watchdog_tick()));
         }
-        let n = Arc::new(AtomicU32::new(0));
-        let seen = n.clone();
-        m.set_rdtsc_hook(move |m| {
-            if seen.fetch_add(1, SeqCst) + 1 == k {
-                m.clear_rdtsc_hook();
-                m.advance(ms(25_000));
-            }
-        });
+        pause_after_rdtsc(m, k, ms(25_000));
         m.advance(ms(250));
         let e = c.watchdog_tick();
         m.clear_rdtsc_hook();
