@@ -756,31 +756,45 @@ fn a_tick_paused_inside_demotes_no_member() {
         let m = leak(narrow_hpet_and_pm(true).build());
         let (c, _) = clock(m);
         c.force(cur).unwrap();
-        for _ in 0..4 {
-            m.advance(ms(250));
-            assert!(!bad(&c.watchdog_tick()));
-        }
-        // 25 s: 5.3 PM timer wraps (the plain rule's phase), 0.58 of the
-        // narrow HPET's.
-        pause_after_rdtsc(m, k, ms(25_000));
+        ticks_around_a_paused_tick(&c, m, k, &format!("{cur:?}"));
+    }
+}
+
+/// Four ticks, one tick paused for 25 s (5.3 PM timer wraps, the plain
+/// rule's phase; 0.58 of the narrow HPET's) after its `k`-th rdtsc, twelve
+/// more: none demotes or switches. How many of the twelve were judged.
+fn ticks_around_a_paused_tick(c: &SimClock, m: &SimMachine, k: u32, what: &str) -> usize {
+    for _ in 0..4 {
+        m.advance(ms(250));
+        assert!(!bad(&c.watchdog_tick()));
+    }
+    pause_after_rdtsc(m, k, ms(25_000));
+    m.advance(ms(250));
+    let e = c.watchdog_tick();
+    m.clear_rdtsc_hook();
+    assert!(
+        !bad(&e),
+        "{what} pause after rdtsc {k}: {e:?}\n{}",
+        c.report().table()
+    );
+    let mut judged = 0;
+    for i in 0..12 {
         m.advance(ms(250));
         let e = c.watchdog_tick();
-        m.clear_rdtsc_hook();
         assert!(
             !bad(&e),
-            "{cur:?} pause after rdtsc {k}: {e:?}\n{}",
+            "{what} pause after rdtsc {k}, tick {i}: {e:?}\n{}",
             c.report().table()
         );
-        for i in 0..12 {
-            m.advance(ms(250));
-            let e = c.watchdog_tick();
-            assert!(
-                !bad(&e),
-                "{cur:?} pause after rdtsc {k}, tick {i}: {e:?}\n{}",
-                c.report().table()
-            );
-        }
+        judged += usize::from(matches!(
+            e,
+            clockhal::WatchdogEvent::Judged {
+                outcome: clockhal::Outcome::Judged,
+                ..
+            }
+        ));
     }
+    judged
 }
 
 /// The same pause inside a tick on a KVM guest (kvmclock current; a
@@ -798,36 +812,7 @@ fn a_tick_paused_inside_on_kvm_demotes_no_member() {
         );
         let (c, _) = clock(m);
         assert_eq!(c.source_id(), SourceId::Kvmclock, "{}", c.report().table());
-        for _ in 0..4 {
-            m.advance(ms(250));
-            assert!(!bad(&c.watchdog_tick()));
-        }
-        pause_after_rdtsc(m, k, ms(25_000));
-        m.advance(ms(250));
-        let e = c.watchdog_tick();
-        m.clear_rdtsc_hook();
-        assert!(
-            !bad(&e),
-            "pause after rdtsc {k}: {e:?}\n{}",
-            c.report().table()
-        );
-        let mut judged = 0;
-        for i in 0..12 {
-            m.advance(ms(250));
-            let e = c.watchdog_tick();
-            assert!(
-                !bad(&e),
-                "pause after rdtsc {k}, tick {i}: {e:?}\n{}",
-                c.report().table()
-            );
-            judged += usize::from(matches!(
-                e,
-                clockhal::WatchdogEvent::Judged {
-                    outcome: clockhal::Outcome::Judged,
-                    ..
-                }
-            ));
-        }
+        let judged = ticks_around_a_paused_tick(&c, m, k, "kvmclock");
         assert!(
             judged >= 8,
             "pause after rdtsc {k}: {judged} of 12 ticks judged"
