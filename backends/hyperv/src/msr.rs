@@ -26,8 +26,9 @@ pub const MSR_STABILITY: Stability = Stability::MONOTONIC_PER_CPU
 /// Readings are kept monotonic as a 64-bit device counter's are (a
 /// [`WrapExtender`] of 64 bits: a reading behind the last is held), so one
 /// garbage value less than 2^63 ahead holds the clock there until the
-/// counter catches up: the partition's word is all this clock has. `clockhal`'s `Clock` checks such a jump
-/// against an independent counter before returning it.
+/// counter catches up: the partition's word is all this clock has.
+/// `clockhal`'s `Clock` checks such a jump against an independent counter
+/// before returning it.
 #[derive(Debug)]
 pub struct HypervMsrClock<H: Hardware> {
     pub(crate) hw: H,
@@ -53,8 +54,8 @@ impl<H: Hardware> HypervMsrClock<H> {
         self.ext.extend(self.raw_100ns())
     }
 
-    /// TIME_REF_COUNT as the partition returns it (not kept in order). Read with a
-    /// #GP-recovering read where the OS offers one: a partition that
+    /// TIME_REF_COUNT as the partition returns it (not kept in order).
+    /// Read with a #GP-recovering read where the OS offers one: a partition that
     /// withdraws the MSR after the probe gives the last value (held, and
     /// counted in [`faults`](Self::faults)) instead of a crash.
     #[inline]
