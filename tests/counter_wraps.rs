@@ -34,6 +34,17 @@ fn narrow_hpet_and_pm(invariant_tsc: bool) -> SimConfig {
         .with_hpet(HpetConfig::qemu().narrow())
 }
 
+/// [`narrow_hpet_and_pm`] with two CPUs whose TSCs differ by two PM timer
+/// wraps (2^25 ticks at 3.579545 MHz, 9.37 s), not known to agree.
+fn two_cpus_two_pm_wraps_apart() -> &'static SimMachine {
+    let two_wraps = (2u128 << 24) * 2_000_000_000 / 3_579_545;
+    leak(
+        narrow_hpet_and_pm(false)
+            .with_cpus(2, &[0, two_wraps as i64])
+            .build(),
+    )
+}
+
 /// Moves the machine on by `gap_ns` right after its `k`-th `rdtsc` from
 /// now, once: a vCPU paused at that point of whatever runs next.
 fn pause_after_rdtsc(m: &SimMachine, k: u32, gap_ns: u64) {
@@ -341,16 +352,10 @@ fn an_idle_current_narrow_hpet_loses_no_wrap() {
 
 #[test]
 fn another_cpu_s_tsc_offset_adds_no_wrap_to_the_current_pm_timer() {
-    // Two CPUs whose TSCs differ by two PM timer wraps (2^25 ticks at
-    // 3.579545 MHz, 9.37 s): the current PM timer read from both in turn
-    // must track the truth. A gap measured across the two TSCs would look
-    // like two missed wraps and fit the counter's phase exactly.
-    let two_wraps = (2u128 << 24) * 2_000_000_000 / 3_579_545;
-    let m = leak(
-        narrow_hpet_and_pm(false)
-            .with_cpus(2, &[0, two_wraps as i64])
-            .build(),
-    );
+    // The current PM timer read from both CPUs in turn must track the
+    // truth. A gap measured across the two TSCs would look like two
+    // missed wraps and fit the counter's phase exactly.
+    let m = two_cpus_two_pm_wraps_apart();
     let (c, _) = clock(m);
     c.force(SourceId::AcpiPm).unwrap();
     let origin = m.now_ns() - c.now().as_nanos();
@@ -478,12 +483,7 @@ fn the_first_reader_after_a_gap_counts_it_whoever_read_last() {
 /// the PM timer (a member, not current) and fit its phase exactly.
 #[test]
 fn watchdog_ticks_on_cpus_with_offset_tscs_add_no_wrap_to_a_member() {
-    let two_wraps = (2u128 << 24) * 2_000_000_000 / 3_579_545;
-    let m = leak(
-        narrow_hpet_and_pm(false)
-            .with_cpus(2, &[0, two_wraps as i64])
-            .build(),
-    );
+    let m = two_cpus_two_pm_wraps_apart();
     let (c, _) = clock(m);
     c.force(SourceId::Hpet).unwrap();
     let pm = c.source_of(SourceId::AcpiPm).unwrap();
