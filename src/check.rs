@@ -30,7 +30,7 @@
 use crate::candidate::Sources;
 use crate::{Demotion, Report, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::consensus::{decide, Vote};
-use clockhal_core::{ppm, Bracketed, ClockSource, CounterDomain, Duration, Scale};
+use clockhal_core::{ppm, Bracketed, ClockSource, CounterDomain, Duration, ReadCost, Scale};
 
 /// Tuning for the probe-time self-check.
 ///
@@ -114,10 +114,11 @@ impl SelfCheck {
     }
 }
 
-/// How much wider than [`SelfCheck::max_window`] a PIT witness's bracket
-/// may be (its read is three port accesses, and the pacer's own rate may
-/// be the one in question).
-const PIT_WINDOW_FACTOR: u64 = 8;
+/// How much wider than [`SelfCheck::max_window`] the bracket of a read
+/// that takes several exits may be (the PIT's latch and two bytes, the PM
+/// timer's paired or verified read; the pacer's own rate may be the one
+/// in question).
+const SEVERAL_TRAPS_WINDOW_FACTOR: u64 = 8;
 
 /// While pacing, the software-extended candidates are read every this
 /// many pacer reads (microseconds apart, whatever the pacer's rate claims):
@@ -322,14 +323,11 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     let pscale = Scale::new(pacer_freq);
     let max_window = pscale.ns_to_ticks(cfg.max_window.as_nanos());
 
-    // A PIT read is three port accesses (latch, two bytes): its window is
-    // wider, and counted as its uncertainty like any other.
-    let window = |id: SourceId| {
-        if id == SourceId::Pit {
-            max_window.saturating_mul(PIT_WINDOW_FACTOR)
-        } else {
-            max_window
-        }
+    // A read of several exits has a wider window, counted as its
+    // uncertainty like any other.
+    let window = |id: SourceId| match sources[id.index()].map(|s| s.read_cost()) {
+        Some(ReadCost::SeveralTraps) => max_window.saturating_mul(SEVERAL_TRAPS_WINDOW_FACTOR),
+        _ => max_window,
     };
     let mut start = [(Bracketed::default(), false); MAX_CANDIDATES];
     for &id in ids {

@@ -191,7 +191,7 @@ impl Report {
     /// hyperv-msr    rejected  -      -                  -                          -             no "Microsoft Hv" signature
     /// tsc           usable    -100   2600000000.726 Hz  mono,smp                   no-trap       rate from pvclock
     /// hpet          usable    250    100000000 Hz       mono,smp,inv,migr,trap     one-trap      traps
-    /// acpi-pm       usable    150    3579545 Hz         mono,smp,inv,migr,trap,ext one-trap      fast mode
+    /// acpi-pm       usable    150    3579545 Hz         mono,smp,inv,migr,trap,ext several-traps fast mode
     /// probe 3.120 ms; 2118 trapping reads (self-check: hpet 1060, acpi-pm 1058)
     /// ```
     ///

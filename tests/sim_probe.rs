@@ -463,8 +463,9 @@ fn self_check_demotes_a_stuck_source_and_a_wrong_rate() {
         Some(Demotion::RateDisagrees { ppm, against }) => {
             assert_eq!(against, SourceId::Hpet);
             // Calibrated against a 5% fast reference, the TSC rate is 4.76%
-            // low, so the TSC clock runs 4.76% fast.
-            assert!((45_000..=50_000).contains(&ppm), "{ppm}");
+            // low (1/1.05), so the TSC clock runs 5% fast; the measure's
+            // own windows allow a little either way.
+            assert!((45_000..=51_000).contains(&ppm), "{ppm}\n{}", r.table());
         }
         v => panic!("{v:?}\n{}", r.table()),
     }
@@ -472,7 +473,7 @@ fn self_check_demotes_a_stuck_source_and_a_wrong_rate() {
     assert!(r.get(SourceId::AcpiPm).unwrap().is_eligible());
     assert_eq!(r.selected_id(), Some(SourceId::Hpet), "{}", r.table());
     assert!(
-        r.to_string().contains("tsc(390, demoted: rate off by 4"),
+        r.to_string().contains("tsc(390, demoted: rate off by "),
         "{r}"
     );
     assert!(r

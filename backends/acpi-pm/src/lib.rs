@@ -16,7 +16,8 @@ pub const PM_FREQUENCY: Frequency = match Frequency::from_hz(PM_TIMER_HZ) {
     Ok(f) => f,
     Err(_) => panic!("PM timer rate out of range"),
 };
-/// Rating with single-read access ([`Quality`] band 100..=199).
+/// Rating with the paired read of a latching counter ([`Quality`] band
+/// 100..=199).
 pub const FAST_RATING: Quality = Quality::new(150);
 /// Rating with the triple verified read.
 pub const VERIFIED_RATING: Quality = Quality::new(120);
@@ -30,14 +31,23 @@ const LATCH_READS: u32 = 10 * 32;
 /// Largest span of a verified triple read, in ticks (18 ms): a torn value
 /// in the middle shows up as a larger span or as a step backwards.
 const MAX_STEP: u32 = 1 << 16;
-/// Verified read: attempts before giving up on this read.
+/// Largest step from the first to the second read of a pair, in ticks
+/// (1.1 ms: back-to-back port reads are microseconds apart; a pair
+/// preempted in between is read again).
+const PAIR_STEP: u32 = 1 << 12;
+/// Paired or verified read: attempts before giving up on this read.
 const VERIFY_TRIES: u32 = 8;
 
 /// How reads are made, chosen at probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum PmMode {
-    /// The counter latched correctly in every test round: one port read.
+    /// The counter latched correctly in every test round: two port reads
+    /// per value, the first taken when the second is at most 1.1 ms after
+    /// it. A latch test passed at probe cannot prove that the counter never
+    /// tears later; the second read makes sure one tear cannot pass (torn
+    /// ahead, the second read is behind it; torn back by more than the
+    /// step, the pair is too wide).
     Fast,
     /// The counter tore at least once: three ordered reads per value.
     Verified,
@@ -134,15 +144,11 @@ impl<H: Hardware> AcpiPm<H> {
         self.restart();
     }
 
-    /// Starts the timeline at the counter's current value: a verified one
-    /// in verified mode, unless every attempt tore.
+    /// Starts the timeline at the counter's current value as this mode
+    /// reads it, unless every attempt tore.
     fn restart(&self) {
-        let raw = self.raw();
-        let start = match self.mode {
-            PmMode::Fast => raw,
-            PmMode::Verified => self.verified_raw().unwrap_or(raw),
-        };
-        self.ext.reset(start as u64);
+        let raw = self.raw_now().unwrap_or_else(|| self.raw());
+        self.ext.reset(raw as u64);
     }
 
     /// The read mode the latch test chose.
@@ -174,14 +180,27 @@ impl<H: Hardware> AcpiPm<H> {
         self.hw.inl(self.port) & self.mask
     }
 
-    /// The counter now as this mode reads it: one port read (fast), or a
+    /// The counter now as this mode reads it: a paired read (fast) or a
     /// verified one (`None` when every attempt tore).
     #[inline]
     fn raw_now(&self) -> Option<u32> {
         match self.mode {
-            PmMode::Fast => Some(self.raw()),
+            PmMode::Fast => self.paired_raw(),
             PmMode::Verified => self.verified_raw(),
         }
+    }
+
+    /// Two reads, the second at most [`PAIR_STEP`] after the first: the
+    /// first is good. `None` when every attempt tore (or was preempted).
+    #[inline]
+    fn paired_raw(&self) -> Option<u32> {
+        for _ in 0..VERIFY_TRIES {
+            let (v1, v2) = (self.raw(), self.raw());
+            if v2.wrapping_sub(v1) & self.mask <= PAIR_STEP {
+                return Some(v1);
+            }
+        }
+        None
     }
 
     /// Three reads in order modulo the wrap, spanning a plausible interval:
@@ -228,7 +247,7 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
         "acpi-pm"
     }
 
-    /// Fast: one port read. Verified: three per attempt; if every attempt
+    /// Fast: two port reads per attempt; verified: three. If every attempt
     /// tears (a broken chipset or a very unlucky preemption) the last value
     /// is returned again, so time stalls for one read instead of jumping.
     #[inline]
@@ -255,10 +274,7 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
     }
 
     fn read_cost(&self) -> ReadCost {
-        match self.mode {
-            PmMode::Fast => ReadCost::OneTrap,
-            PmMode::Verified => ReadCost::SeveralTraps,
-        }
+        ReadCost::SeveralTraps
     }
 
     fn max_read_interval(&self) -> Option<u64> {
