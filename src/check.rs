@@ -256,14 +256,14 @@ fn monotonic(s: &dyn ClockSource, reads: u32) -> Result<(), Demotion> {
 /// The narrowest of up to `tries` brackets of `s` by `pacer`, and whether
 /// it is narrow enough. The pacer measured against itself is exact.
 fn bracket(
-    pacer: &dyn ClockSource,
+    pacer: &Pacing<'_>,
     s: &dyn ClockSource,
     same: bool,
     max_ticks: u64,
     tries: u32,
 ) -> (Bracketed, bool) {
     if same {
-        let v = pacer.read();
+        let v = pacer.read(pacer.max_step);
         return (
             Bracketed {
                 before: v,
@@ -273,9 +273,106 @@ fn bracket(
             true,
         );
     }
-    match Bracketed::tightest(tries, max_ticks, || pacer.read(), || s.read()) {
+    // The first pacer read of a try follows the previous read closely; the
+    // second may be as far from it as the window allows.
+    let mut opening = false;
+    let outer = || {
+        opening = !opening;
+        pacer.read(if opening { pacer.max_step } else { max_ticks })
+    };
+    match Bracketed::tightest(tries, max_ticks, outer, || s.read()) {
         Some(b) => (b, b.width().is_some_and(|w| w <= max_ticks)),
         None => (Bracketed::default(), false),
+    }
+}
+
+/// Attempts at a rate-check interval without a gap of the pacer.
+const INTERVAL_TRIES: u32 = 3;
+
+/// The pacer's reads, with the sum of its steps wider than they may be
+/// (`gaps`, pacer ticks): time the pacer counted between two of its reads
+/// that a candidate read only at the ends of the interval may not have.
+struct Pacing<'a> {
+    pacer: &'a dyn ClockSource,
+    max_step: u64,
+    last: core::cell::Cell<Option<u64>>,
+    gaps: core::cell::Cell<u64>,
+}
+
+impl<'a> Pacing<'a> {
+    fn new(pacer: &'a dyn ClockSource, max_step: u64) -> Self {
+        Pacing {
+            pacer,
+            max_step,
+            last: core::cell::Cell::new(None),
+            gaps: core::cell::Cell::new(0),
+        }
+    }
+
+    /// A read at most `limit` ticks after the previous one, or a gap.
+    fn read(&self, limit: u64) -> u64 {
+        let v = self.pacer.read();
+        if let Some(step) = self.last.get().and_then(|l| v.checked_sub(l)) {
+            if step > limit {
+                self.gaps.set(self.gaps.get().saturating_add(step));
+            }
+        }
+        self.last.set(Some(v));
+        v
+    }
+}
+
+/// Every candidate bracketed at the start and the end of one interval.
+struct Interval {
+    start: [(Bracketed, bool); MAX_CANDIDATES],
+    end: [(Bracketed, bool); MAX_CANDIDATES],
+    gaps: u64,
+}
+
+fn interval(
+    pacing: &Pacing<'_>,
+    pacer_id: SourceId,
+    ids: &[SourceId],
+    sources: &Sources<'_>,
+    window: &dyn Fn(SourceId) -> u64,
+    pscale: Scale,
+    cfg: &SelfCheck,
+) -> Interval {
+    let brackets = || {
+        let mut b = [(Bracketed::default(), false); MAX_CANDIDATES];
+        for &id in ids {
+            if let Some(s) = sources[id.index()] {
+                b[id.index()] = bracket(pacing, s, id == pacer_id, window(id), cfg.bracket_tries);
+            }
+        }
+        b
+    };
+    let start = brackets();
+    let p0 = pacing.read(pacing.max_step);
+    let mut reads = 0u64;
+    let mut limit = pacing.max_step;
+    while reads < cfg.max_pacing_reads {
+        reads += 1;
+        if pscale.ticks_to_ns(pacing.read(limit).saturating_sub(p0)) >= cfg.rate_interval.as_nanos()
+        {
+            break;
+        }
+        limit = pacing.max_step;
+        if reads % FEED_EVERY_READS == 0 {
+            // The next step spans these reads too.
+            limit = pacing.max_step.saturating_mul(SEVERAL_TRAPS_WINDOW_FACTOR);
+            for &id in ids.iter().filter(|&&id| id != pacer_id) {
+                if let Some(s) = sources[id.index()].filter(|s| s.max_read_interval().is_some()) {
+                    let _ = s.read();
+                }
+            }
+        }
+    }
+    let end = brackets();
+    Interval {
+        start,
+        end,
+        gaps: pacing.gaps.get(),
     }
 }
 
@@ -329,33 +426,24 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
         Some(ReadCost::SeveralTraps) => max_window.saturating_mul(SEVERAL_TRAPS_WINDOW_FACTOR),
         _ => max_window,
     };
-    let mut start = [(Bracketed::default(), false); MAX_CANDIDATES];
-    for &id in ids {
-        if let Some(s) = sources[id.index()] {
-            start[id.index()] = bracket(pacer, s, id == pacer_id, window(id), cfg.bracket_tries);
+    // A step of the pacer wider than a bracket may be between two of its
+    // reads is a gap the other candidates may not have seen (a guest
+    // paused with its devices, the TSC running on): it is measured again,
+    // and the gaps of the attempt kept count as every voter's uncertainty.
+    let mut best: Option<Interval> = None;
+    for _ in 0..INTERVAL_TRIES {
+        let pacing = Pacing::new(pacer, max_window);
+        let i = interval(&pacing, pacer_id, ids, sources, &window, pscale, cfg);
+        if best.as_ref().is_none_or(|b| i.gaps < b.gaps) {
+            best = Some(i);
         }
-    }
-    let p0 = pacer.read();
-    let mut reads = 0u64;
-    while reads < cfg.max_pacing_reads {
-        reads += 1;
-        if pscale.ticks_to_ns(pacer.read().saturating_sub(p0)) >= cfg.rate_interval.as_nanos() {
+        if best.as_ref().is_some_and(|b| b.gaps == 0) {
             break;
         }
-        if reads % FEED_EVERY_READS == 0 {
-            for &id in ids.iter().filter(|&&id| id != pacer_id) {
-                if let Some(s) = sources[id.index()].filter(|s| s.max_read_interval().is_some()) {
-                    let _ = s.read();
-                }
-            }
-        }
     }
-    let mut end = [(Bracketed::default(), false); MAX_CANDIDATES];
-    for &id in ids {
-        if let Some(s) = sources[id.index()] {
-            end[id.index()] = bracket(pacer, s, id == pacer_id, window(id), cfg.bracket_tries);
-        }
-    }
+    let Some(Interval { start, end, gaps }) = best else {
+        return;
+    };
 
     let mut rel: [Option<Relative>; MAX_CANDIDATES] = [None; MAX_CANDIDATES];
     for &id in ids {
@@ -375,7 +463,7 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
         }
         let src_ns = Scale::new(freq).ticks_to_ns(e.inner - s.inner);
         let width = |b: &Bracketed| pscale.ticks_to_ns(b.width().unwrap_or(0));
-        let half_windows = (width(&s) + width(&e)) / 2;
+        let half_windows = (width(&s) + width(&e)) / 2 + pscale.ticks_to_ns(gaps);
         rel[id.index()] = Some(Relative {
             id,
             ppm: ppm(src_ns as i128 - ref_ns as i128, ref_ns),
