@@ -16,9 +16,18 @@
 //!   largest scatter of a reference reading around the fitted line (the
 //!   group means can be off by at most that much each), in reference ticks.
 //!
+//! - half the difference between the rates of the interval's two halves
+//!   (a middle group splits it): a reference that stood still or jumped
+//!   in one half (a guest paused with its devices while the TSC ran on, a
+//!   counter that skipped) moves the whole interval's rate by half of what
+//!   it moves that half's. A difference larger than both halves'
+//!   uncertainty is refused, and the measure taken again (three times in
+//!   all).
+//!
 //! The reference's own rate error is not included: it is taken as exact
 //! (HPET and PM timer rates are fixed by their spec, an OS-supplied clock
-//! is the OS's word).
+//! is the OS's word); the probe's self-check compares it with the other
+//! counters it has.
 
 use clockhal_core::{ClockSource, Duration, Frequency, FrequencyError, Scale};
 use clockhal_x86::Hardware;
@@ -74,7 +83,10 @@ pub enum CalibrationError {
     Implausible,
     /// Arithmetic overflow (absurd reference rate or budget).
     Overflow,
-    /// A whole-second reference's edges did not agree with each other
+    /// The reference's readings did not lie on one line: the two halves
+    /// of a [`calibrate`] interval gave different rates every time (the
+    /// reference stood still or jumped while the TSC ran on), or a
+    /// whole-second reference's edges did not agree with each other
     /// ([`calibrate_against_seconds`]: a second misread, an edge delayed).
     ReferenceInconsistent,
 }
@@ -93,7 +105,7 @@ impl fmt::Display for CalibrationError {
             CalibrationError::Implausible => "calibrated TSC rate is implausible",
             CalibrationError::Overflow => "calibration arithmetic overflowed",
             CalibrationError::ReferenceInconsistent => {
-                "calibration reference's second edges disagreed"
+                "calibration reference's readings disagreed with each other"
             }
         })
     }
@@ -217,12 +229,75 @@ fn max_residual(g: &Group, dr: i128, dt2: i128) -> Result<u128, CalibrationError
     Ok(worst)
 }
 
+/// The spin's bounds, shared by its two halves.
+struct Spin {
+    guard: u64,
+    start: u64,
+    max_reads: u64,
+    reads: u64,
+}
+
+impl Spin {
+    /// Reads `reference` until it shows `r` ticks past the origin.
+    fn until<H: Hardware>(
+        &mut self,
+        hw: &H,
+        reference: &dyn ClockSource,
+        o: &Origin,
+        r: u64,
+    ) -> Result<(), CalibrationError> {
+        loop {
+            let now = reference
+                .read()
+                .checked_sub(o.reference)
+                .ok_or(CalibrationError::ReferenceBackwards)?;
+            if now >= r {
+                return Ok(());
+            }
+            self.reads += 1;
+            if self.reads >= self.max_reads
+                || (self.reads % GUARD_EVERY == 0
+                    && hw.rdtsc_ordered().wrapping_sub(self.start) > self.guard)
+            {
+                return Err(CalibrationError::ReferenceStuck);
+            }
+        }
+    }
+}
+
+/// How much the second half's rate (TSC ticks per reference tick, middle
+/// to end) differs from the first's (start to middle), ppm of the first.
+fn halves_ppm(s: &Group, m: &Group, e: &Group) -> Result<i128, CalibrationError> {
+    // Group means as (sum, n) pairs: differences scaled by both n's.
+    let diff = |a: &Group, b: &Group, f: fn(&Group) -> u128| {
+        (f(b) * a.n)
+            .checked_sub(f(a) * b.n)
+            .ok_or(CalibrationError::ReferenceBackwards)
+    };
+    let (t1, r1) = (diff(s, m, |g| g.mid2_sum)?, diff(s, m, |g| g.r_sum)?);
+    let (t2, r2) = (diff(m, e, |g| g.mid2_sum)?, diff(m, e, |g| g.r_sum)?);
+    if r1 == 0 || r2 == 0 || t1 == 0 {
+        return Err(CalibrationError::ReferenceStuck);
+    }
+    // rate2 / rate1 - 1 = (t2 r1 - t1 r2) / (t1 r2); the scale factors
+    // (n_s n_m for half 1, n_m n_e for half 2) cancel in each ratio.
+    let a = t2.checked_mul(r1).ok_or(CalibrationError::Overflow)?;
+    let b = t1.checked_mul(r2).ok_or(CalibrationError::Overflow)?;
+    let num = i128::try_from(a).map_err(|_| CalibrationError::Overflow)?
+        - i128::try_from(b).map_err(|_| CalibrationError::Overflow)?;
+    let den = i128::try_from(b).map_err(|_| CalibrationError::Overflow)?;
+    num.checked_mul(1_000_000)
+        .map(|x| x / den)
+        .ok_or(CalibrationError::Overflow)
+}
+
 fn ppm_ceil(error: u128, of: u128) -> u128 {
     (error * 1_000_000).div_ceil(of.max(1))
 }
 
 /// Measures the TSC rate against `reference` over `budget` of reference
-/// time (plus 2×16 samples).
+/// time (plus 3×16 samples; up to three times when the interval's halves
+/// disagree, see the module docs).
 ///
 /// Run it on one CPU with preemption off where possible; the TSC is read
 /// with [`Hardware::rdtsc_ordered`]. Bounded: at most 2^22 spin reads of the
@@ -246,6 +321,24 @@ pub fn calibrate<H: Hardware>(
     reference: &dyn ClockSource,
     budget: Duration,
 ) -> Result<Calibration, CalibrationError> {
+    let mut result = calibrate_once(hw, reference, budget);
+    for _ in 1..CALIBRATION_TRIES {
+        if result != Err(CalibrationError::ReferenceInconsistent) {
+            break;
+        }
+        result = calibrate_once(hw, reference, budget);
+    }
+    result
+}
+
+/// Measures taken at most when their halves disagree.
+const CALIBRATION_TRIES: u32 = 3;
+
+fn calibrate_once<H: Hardware>(
+    hw: &H,
+    reference: &dyn ClockSource,
+    budget: Duration,
+) -> Result<Calibration, CalibrationError> {
     let ref_rate = reference.frequency();
     let target = Scale::new(ref_rate).ns_to_ticks(budget.as_nanos());
     if target < 2 {
@@ -258,26 +351,17 @@ pub fn calibrate<H: Hardware>(
     let start = group(hw, reference, &origin)?;
     let r_first = start.samples[0].r;
 
-    // Spin until `target` reference ticks have passed, within bounds.
-    let guard = budget.as_nanos().saturating_mul(MAX_TSC_TICKS_PER_NS);
-    let spin_start = hw.rdtsc_ordered();
-    let max_reads = MIN_SPIN_READS.max(budget.as_nanos() / 8);
-    let mut reads = 0u64;
-    loop {
-        let r = reference
-            .read()
-            .checked_sub(origin.reference)
-            .ok_or(CalibrationError::ReferenceBackwards)?;
-        if r.saturating_sub(r_first) >= target {
-            break;
-        }
-        reads += 1;
-        if reads >= max_reads
-            || (reads % GUARD_EVERY == 0 && hw.rdtsc_ordered().wrapping_sub(spin_start) > guard)
-        {
-            return Err(CalibrationError::ReferenceStuck);
-        }
-    }
+    // Spin until `target` reference ticks have passed, within bounds, with
+    // a middle group half way.
+    let mut spin = Spin {
+        guard: budget.as_nanos().saturating_mul(MAX_TSC_TICKS_PER_NS),
+        start: hw.rdtsc_ordered(),
+        max_reads: MIN_SPIN_READS.max(budget.as_nanos() / 8),
+        reads: 0,
+    };
+    spin.until(hw, reference, &origin, r_first.saturating_add(target / 2))?;
+    let middle = group(hw, reference, &origin)?;
+    spin.until(hw, reference, &origin, r_first.saturating_add(target))?;
     let end = group(hw, reference, &origin)?;
 
     // Differences of the group means, scaled by n_start * n_end (and x2 for
@@ -318,9 +402,38 @@ pub fn calibrate<H: Hardware>(
         i128::try_from(dr).map_err(|_| CalibrationError::Overflow)?,
         i128::try_from(dt2).map_err(|_| CalibrationError::Overflow)?,
     );
-    let scatter = max_residual(&start, dr_i, dt2_i)?.max(max_residual(&end, dr_i, dt2_i)?);
+    let scatter = max_residual(&start, dr_i, dt2_i)?
+        .max(max_residual(&middle, dr_i, dt2_i)?)
+        .max(max_residual(&end, dr_i, dt2_i)?);
+    // A reading lies off the line by at most its window (the reference was
+    // read somewhere in it; the group's mean too) and a tick of resolution
+    // each: more is a reference that stood still or jumped inside a group.
+    let widest = [&start, &middle, &end]
+        .iter()
+        .flat_map(|g| g.samples.iter().zip(g.keep).filter(|(_, k)| *k))
+        .map(|(s, _)| s.window() as u128)
+        .max()
+        .unwrap_or(0);
+    if scatter > (widest * ref_ticks).div_ceil(tsc_ticks.max(1)) + 2 {
+        return Err(CalibrationError::ReferenceInconsistent);
+    }
     let ref_err = 1 + 2 * scatter;
     let ppm = ppm_ceil(window_err, tsc_ticks) + ppm_ceil(ref_err, ref_ticks);
+    // The halves' rates must agree within both halves' uncertainty: a
+    // reference that stood still or jumped in one half (a guest paused
+    // with its devices while the TSC ran on) fails that. A step too small
+    // to fail it still shows in their difference, half of which it moved
+    // the whole interval's rate by: that much is stated too.
+    let halves = halves_ppm(&start, &middle, &end)?;
+    let mean_window = |g: &Group| g.window_sum.div_ceil(g.n.max(1));
+    let half = |a: &Group, b: &Group| {
+        ppm_ceil((mean_window(a) + mean_window(b)).div_ceil(2), tsc_ticks / 2)
+            + ppm_ceil(ref_err, ref_ticks / 2)
+    };
+    if halves.unsigned_abs() > half(&start, &middle) + half(&middle, &end) {
+        return Err(CalibrationError::ReferenceInconsistent);
+    }
+    let ppm = ppm + halves.unsigned_abs().div_ceil(2);
     Ok(Calibration {
         rate,
         uncertainty_ppm: u32::try_from(ppm).unwrap_or(u32::MAX),
