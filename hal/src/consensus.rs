@@ -25,6 +25,16 @@
 /// The hardware counter a voter's readings come from: voters of one
 /// domain can fail together (the TSC stops in a deep C-state: the TSC,
 /// kvmclock and the Hyper-V page all stop), so they count as one vote.
+///
+/// The HPET, the PM timer and the PIT count as three although a PC clocks
+/// them from one 14.318 MHz crystal and a hypervisor emulates them from
+/// one host clock: what they vote on (a wrong period register, a counter
+/// that stopped, tore or skipped) fails per counter, while what they
+/// share cannot outvote anyone: a crystal's error (about ±100 ppm) is
+/// below the watchdog's 500 ppm tolerance, and a pause of the guest that
+/// freezes them together is measured by the caller as a gap (the
+/// self-check's pacer, the watchdog's pause check) and never judged as a
+/// rate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
