@@ -52,6 +52,15 @@
 //! others are judged over it as usual, except that nothing is at fault at
 //! once (strikes only). So a guest paused in every interval is still
 //! judged.
+//!
+//! A pause nobody reports (QEMU's stop/cont without kvmclock: the HPET and
+//! the PM timer freeze with QEMU's virtual clock, the TSC counts on) is
+//! recognised by what it leaves: the members that counted a step more
+//! than the others all read the TSC ([`Watchdog::set_counter`] says which
+//! do). That interval is judged as paused, never two in a row: a TSC whose
+//! rate is a step off shows it again in the next interval and is at fault
+//! there. A device counter a step ahead of the others jumped; it is judged
+//! as before.
 
 pub use crate::consensus::CounterDomain;
 use crate::consensus::{decide, Decision, Vote};
@@ -324,6 +333,48 @@ pub struct Watchdog {
     members: [Option<(Member, Scale)>; MAX_MEMBERS],
     base: Option<(Round, usize)>,
     strikes: [u32; MAX_MEMBERS],
+    /// The counter each member physically reads, where it is not the
+    /// domain it votes in ([`set_counter`](Watchdog::set_counter)).
+    counters: [Option<CounterDomain>; MAX_MEMBERS],
+    /// The last interval was taken for a pause nobody reported.
+    inferred_pause: bool,
+}
+
+/// Whether the interval looks like a pause of the guest's devices while
+/// the TSC ran on: the members that counted a step's worth
+/// ([`WatchdogConfig::immediate_skew_ppm`]) more than the others are all
+/// TSC readers, on one side of the reference: a member more than the
+/// reference, or the reference more than every other member (each of
+/// which still advanced: one that stood still is a stopped counter,
+/// judged as such). A device counter that ran on while the others froze
+/// is no pause: it jumped.
+fn looks_paused(
+    elapsed: &[Elapsed; MAX_MEMBERS],
+    domains: &[Option<CounterDomain>; MAX_MEMBERS],
+    reference: usize,
+    ref_ns: u64,
+    step_ppm: u64,
+) -> bool {
+    let step = |longer: u64, shorter: u64| {
+        longer > shorter && ppm((longer - shorter) as i128, shorter).unsigned_abs() >= step_ppm
+    };
+    let tsc = |i: usize| domains[i] == Some(CounterDomain::Tsc);
+    let others = (0..MAX_MEMBERS)
+        .filter(|&i| i != reference)
+        .filter_map(|i| match elapsed[i] {
+            Elapsed::Ns(n) => Some((i, n)),
+            _ => None,
+        });
+    let (mut any, mut counted_on, mut device_on, mut all_froze) = (false, false, false, true);
+    for (i, n) in others {
+        any = true;
+        if step(n, ref_ns) {
+            counted_on = true;
+            device_on |= !tsc(i);
+        }
+        all_froze &= n > 0 && step(ref_ns, n);
+    }
+    (counted_on && !device_on) || (any && all_froze && tsc(reference))
 }
 
 /// Elapsed ns of one member over the interval, or why not.
@@ -348,6 +399,19 @@ impl Watchdog {
             members: m,
             base: None,
             strikes: [0; MAX_MEMBERS],
+            counters: core::array::from_fn(|i| members.get(i).map(|m| m.domain)),
+            inferred_pause: false,
+        }
+    }
+
+    /// Says which counter `member` physically reads where that is not the
+    /// domain it votes in (a TSC calibrated against the HPET votes as the
+    /// HPET but counts TSC ticks): what a pause of the guest's devices
+    /// leaves behind depends on the counter, not on the vote.
+    /// Interrupt-safe: yes.
+    pub fn set_counter(&mut self, member: usize, counter: CounterDomain) {
+        if let Some(c) = self.counters.get_mut(member) {
+            *c = Some(counter);
         }
     }
 
@@ -363,6 +427,7 @@ impl Watchdog {
     pub fn restart(&mut self) {
         self.base = None;
         self.strikes = [0; MAX_MEMBERS];
+        self.inferred_pause = false;
     }
 
     /// Forgets one member's strikes (it was demoted, or replaced).
@@ -427,6 +492,25 @@ impl Watchdog {
                 None => Elapsed::Backwards,
             };
         }
+        // A guest paused with its devices while the TSC ran on (QEMU's
+        // stop/cont without kvmclock, whose flag would say so) leaves one
+        // interval that some members counted a step longer than the
+        // others: taken for a pause, as if the caller had said so, but
+        // never twice in a row: a rate that far off shows again in the next
+        // interval and is judged there.
+        let inferred = !paused
+            && !ref_back
+            && ref_ns >= min_ns
+            && !self.inferred_pause
+            && looks_paused(
+                &elapsed,
+                &self.counters,
+                reference,
+                ref_ns,
+                self.config.immediate_skew_ppm,
+            );
+        self.inferred_pause = inferred;
+        let paused = paused || inferred;
         if ref_back && !paused {
             self.base = Some((*round, reference));
             return Judgement::only(Outcome::ReferenceFailed(Fault::SteppedBack));

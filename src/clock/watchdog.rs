@@ -311,7 +311,11 @@ impl<H: Hardware + Clone> Clock<H> {
         );
         let same = st.core.as_ref().is_some_and(|(_, k)| *k == key);
         if !same || restart {
-            st.core = Some((Watchdog::new(&members[..n], self.settings.watchdog), key));
+            let mut w = Watchdog::new(&members[..n], self.settings.watchdog);
+            for (i, &c) in counters[..n].iter().enumerate() {
+                w.set_counter(i, c);
+            }
+            st.core = Some((w, key));
         }
         // The reference: the best other member that needs no supervision,
         // preferring another *counter* than the current one's (by counter,

@@ -1,0 +1,83 @@
+//! Issue 26 §1 (legitimate host behaviour that is punished), without
+//! kvmclock: QEMU's stop/cont freezes the HPET and the PM timer (QEMU's
+//! virtual clock) while the TSC counts on, and no GUEST_STOPPED flag tells
+//! the guest. The interval after it shows the TSC a step ahead of every
+//! device: a pause, not a rate. A rate that far off shows again in the
+//! next interval, so it is still judged there.
+mod adversarial;
+
+use adversarial::*;
+use clockhal::{SourceId, WatchdogEvent};
+use clockhal_sim::{HpetConfig, PmTimerConfig, SimConfig, SimMachine};
+
+/// A 2 GHz TSC (invariant or supervised) with an HPET and a PM timer,
+/// the TSC current after 8 ticks.
+fn tsc_with_devices(invariant: bool) -> (&'static SimMachine, SimClock) {
+    let m = leak(SimMachine::new(
+        SimConfig::cpu(2_000_000_000)
+            .with_invariant_tsc(invariant)
+            .with_hpet(HpetConfig::qemu())
+            .with_pm_timer(PmTimerConfig::default()),
+    ));
+    let (c, _) = clock(m);
+    for _ in 0..8 {
+        m.advance(ms(250));
+        assert!(!bad(&c.watchdog_tick()), "{}", c.report().table());
+    }
+    assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
+    (m, c)
+}
+
+/// The bad events of `n` ticks 250 ms apart.
+fn ticks(m: &SimMachine, c: &SimClock, n: usize) -> Vec<WatchdogEvent> {
+    (0..n)
+        .filter_map(|_| {
+            m.advance(ms(250));
+            Some(c.watchdog_tick()).filter(bad)
+        })
+        .collect()
+}
+
+#[test]
+fn a_pause_of_the_devices_between_ticks_demotes_no_honest_tsc() {
+    for invariant in [true, false] {
+        for pause_ms in [50, 300, 2_000, 5_000] {
+            let (m, c) = tsc_with_devices(invariant);
+            m.advance(ms(100));
+            let before = c.now().as_nanos();
+            m.step_tsc(None, pause_ms as i64 * 2_000_000); // devices frozen
+            let evs = ticks(m, &c, 40);
+            assert!(
+                evs.is_empty(),
+                "invariant {invariant}, {pause_ms} ms: {evs:?}\n{}",
+                c.report().table()
+            );
+            assert_eq!(c.source_id(), SourceId::Tsc);
+            // The TSC counted the pause: the clock did too, and went on.
+            let after = c.now().as_nanos() - before;
+            assert!(after >= ms(pause_ms + 10_000), "{after}");
+        }
+    }
+}
+
+#[test]
+fn a_tsc_that_turns_fast_is_still_demoted() {
+    // 20 % and 6 %: a step's worth (5 %), first taken for a pause, judged
+    // on the next interval; 1 %: judged with strikes as before.
+    for (hz, within) in [(2_400_000_000, 3), (2_120_000_000, 3), (2_020_000_000, 6)] {
+        let (m, c) = tsc_with_devices(true);
+        m.set_tsc_hz(hz);
+        let evs = ticks(m, &c, within);
+        assert!(
+            evs.iter().any(|e| matches!(
+                e,
+                WatchdogEvent::Switched {
+                    from: SourceId::Tsc,
+                    ..
+                }
+            )),
+            "{hz} Hz: {evs:?}\n{}",
+            c.report().table()
+        );
+    }
+}
