@@ -55,12 +55,13 @@
 //!
 //! A pause nobody reports (QEMU's stop/cont without kvmclock: the HPET and
 //! the PM timer freeze with QEMU's virtual clock, the TSC counts on) is
-//! recognised by what it leaves: the members that counted a step more
-//! than the others all read the TSC ([`Watchdog::set_counter`] says which
-//! do). That interval is judged as paused, never two in a row: a TSC whose
-//! rate is a step off shows it again in the next interval and is at fault
-//! there. A device counter a step ahead of the others jumped; it is judged
-//! as before.
+//! recognised by what it leaves: the members that counted more than the
+//! others (by more than [`WatchdogConfig::max_skew_ppm`]) all read the
+//! TSC ([`Watchdog::set_counter`] says which do). That interval is judged
+//! as paused, never two in a row: a TSC whose rate is off shows it again
+//! in the next interval and is at fault there (its strikes count through
+//! both). A device counter ahead of the others jumped; it is judged as
+//! before.
 
 pub use crate::consensus::CounterDomain;
 use crate::consensus::{decide, Decision, Vote};
@@ -341,9 +342,9 @@ pub struct Watchdog {
 }
 
 /// Whether the interval looks like a pause of the guest's devices while
-/// the TSC ran on: the members that counted a step's worth
-/// ([`WatchdogConfig::immediate_skew_ppm`]) more than the others are all
-/// TSC readers, on one side of the reference: a member more than the
+/// the TSC ran on: the members that counted more than the others by more
+/// than the tolerance (`step_ppm`) are all TSC readers, on one side of the
+/// reference: a member more than the
 /// reference, or the reference more than every other member (each of
 /// which still advanced: one that stood still is a stopped counter,
 /// judged as such). A device counter that ran on while the others froze
@@ -494,10 +495,10 @@ impl Watchdog {
         }
         // A guest paused with its devices while the TSC ran on (QEMU's
         // stop/cont without kvmclock, whose flag would say so) leaves one
-        // interval that some members counted a step longer than the
-        // others: taken for a pause, as if the caller had said so, but
-        // never twice in a row: a rate that far off shows again in the next
-        // interval and is judged there.
+        // interval that the TSC readers counted longer than the others:
+        // taken for a pause, as if the caller had said so, but never twice
+        // in a row: a wrong rate shows again in the next interval and is
+        // judged there.
         let inferred = !paused
             && !ref_back
             && ref_ns >= min_ns
@@ -507,7 +508,7 @@ impl Watchdog {
                 &self.counters,
                 reference,
                 ref_ns,
-                self.config.immediate_skew_ppm,
+                self.config.max_skew_ppm,
             );
         self.inferred_pause = inferred;
         let paused = paused || inferred;
@@ -899,8 +900,11 @@ mod tests {
     }
 
     #[test]
-    fn two_way_blames_only_the_conditional_member_and_at_once() {
-        // A supervised TSC (conditional) against the PM timer.
+    fn two_way_blames_only_the_conditional_member_without_strikes() {
+        // A supervised TSC (conditional) against the PM timer. The first
+        // interval it is ahead in could be a pause only the TSC counted
+        // (one strike); the second proves a rate, and it is at fault
+        // without waiting for the third strike.
         let members = [
             member(2_000_000_000, CounterDomain::Tsc, true),
             member(3_579_545, CounterDomain::AcpiPm, false),
@@ -910,7 +914,38 @@ mod tests {
         let j = w.check(&sim.round(1, 250_000_000), 1, 0, false);
         assert_eq!(
             j.verdict(0),
+            MemberVerdict::Suspect {
+                skew_ppm: 800,
+                strikes: 1
+            }
+        );
+        let j = w.check(&sim.round(1, 500_000_000), 1, 0, false);
+        assert_eq!(
+            j.verdict(0),
             MemberVerdict::Faulty(Fault::Drift { skew_ppm: 800 })
+        );
+    }
+
+    #[test]
+    fn a_device_ahead_of_the_tsc_is_no_pause() {
+        // The PM timer (the reference) counted more than the TSC: not the
+        // signature of a pause (the TSC runs on through one), so the
+        // conditional TSC is at fault at once.
+        let members = [
+            member(2_000_000_000, CounterDomain::Tsc, true),
+            member(3_579_545, CounterDomain::AcpiPm, false),
+        ];
+        let sim = Sim::new(&members, &[-800, 0]);
+        let mut w = sim.start(&members, WatchdogConfig::default(), 1);
+        let j = w.check(&sim.round(1, 250_000_000), 1, 0, false);
+        assert!(
+            matches!(
+                j.verdict(0),
+                MemberVerdict::Faulty(Fault::Drift {
+                    skew_ppm: -801..=-799
+                })
+            ),
+            "{j:?}"
         );
     }
 
