@@ -3,7 +3,9 @@
 //! virtual clock) while the TSC counts on, and no GUEST_STOPPED flag tells
 //! the guest. The interval after it shows the TSC a step ahead of every
 //! device: a pause, not a rate. A rate that far off shows again in the
-//! next interval, so it is still judged there.
+//! next interval, so it is still judged there. Up to `max_jump` (10 s by
+//! default): a longer excess only the TSC counted is refused as a jump of
+//! the raw TSC, as the jump check's docs say.
 mod adversarial;
 
 use adversarial::*;
@@ -41,18 +43,26 @@ fn ticks(m: &SimMachine, c: &SimClock, n: usize) -> Vec<WatchdogEvent> {
 #[test]
 fn a_pause_of_the_devices_between_ticks_demotes_no_honest_tsc() {
     for invariant in [true, false] {
-        for pause_ms in [1, 5, 50, 300, 2_000, 5_000] {
+        for pause_ms in [1, 5, 50, 300, 2_000, 5_000, 9_000] {
             let (m, c) = tsc_with_devices(invariant);
             m.advance(ms(100));
             let before = c.now().as_nanos();
             m.step_tsc(None, pause_ms as i64 * 2_000_000); // devices frozen
+                                                           // Read before the next tick, as a kernel does.
+            m.advance(ms(1));
+            let _ = c.now();
             let evs = ticks(m, &c, 40);
             assert!(
                 evs.is_empty(),
                 "invariant {invariant}, {pause_ms} ms: {evs:?}\n{}",
                 c.report().table()
             );
-            assert_eq!(c.source_id(), SourceId::Tsc);
+            assert_eq!(
+                c.source_id(),
+                SourceId::Tsc,
+                "invariant {invariant}, {pause_ms} ms\n{}",
+                c.report().table()
+            );
             // The TSC counted the pause: the clock did too, and went on.
             let after = c.now().as_nanos() - before;
             assert!(after >= ms(pause_ms + 10_000), "{after}");
@@ -85,4 +95,25 @@ fn a_tsc_that_turns_fast_is_still_demoted() {
             c.report().table()
         );
     }
+}
+
+#[test]
+fn an_unannounced_excess_beyond_max_jump_is_still_a_fault() {
+    // 60 s only the TSC counted, first seen by a tick (no read before it):
+    // not taken for a pause, so it cannot carry the clock past what the
+    // jump check would refuse.
+    let (m, c) = tsc_with_devices(true);
+    m.step_tsc(None, 60 * 2_000_000_000);
+    let evs = ticks(m, &c, 3);
+    assert!(
+        evs.iter().any(|e| matches!(
+            e,
+            WatchdogEvent::Switched {
+                from: SourceId::Tsc,
+                ..
+            }
+        )),
+        "{evs:?}\n{}",
+        c.report().table()
+    );
 }

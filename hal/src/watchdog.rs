@@ -339,12 +339,14 @@ pub struct Watchdog {
     counters: [Option<CounterDomain>; MAX_MEMBERS],
     /// The last interval was taken for a pause nobody reported.
     inferred_pause: bool,
+    /// The longest pause nobody reported that is taken for one, ns.
+    pause_limit_ns: u64,
 }
 
 /// Whether the interval looks like a pause of the guest's devices while
 /// the TSC ran on: the members that counted more than the others by more
-/// than the tolerance (`step_ppm`) are all TSC readers, on one side of the
-/// reference: a member more than the
+/// than the tolerance (`step_ppm`), and by at most `limit_ns`, are all TSC
+/// readers, on one side of the reference: a member more than the
 /// reference, or the reference more than every other member (each of
 /// which still advanced: one that stood still is a stopped counter,
 /// judged as such). A device counter that ran on while the others froze
@@ -355,9 +357,12 @@ fn looks_paused(
     reference: usize,
     ref_ns: u64,
     step_ppm: u64,
+    limit_ns: u64,
 ) -> bool {
     let step = |longer: u64, shorter: u64| {
-        longer > shorter && ppm((longer - shorter) as i128, shorter).unsigned_abs() >= step_ppm
+        longer > shorter
+            && longer - shorter <= limit_ns
+            && ppm((longer - shorter) as i128, shorter).unsigned_abs() >= step_ppm
     };
     let tsc = |i: usize| domains[i] == Some(CounterDomain::Tsc);
     let others = (0..MAX_MEMBERS)
@@ -377,6 +382,9 @@ fn looks_paused(
     }
     (counted_on && !device_on) || (any && all_froze && tsc(reference))
 }
+
+/// [`Watchdog::set_pause_limit`]'s default.
+const DEFAULT_PAUSE_LIMIT_NS: u64 = 10_000_000_000;
 
 /// Elapsed ns of one member over the interval, or why not.
 #[derive(Clone, Copy)]
@@ -402,7 +410,17 @@ impl Watchdog {
             strikes: [0; MAX_MEMBERS],
             counters: core::array::from_fn(|i| members.get(i).map(|m| m.domain)),
             inferred_pause: false,
+            pause_limit_ns: DEFAULT_PAUSE_LIMIT_NS,
         }
+    }
+
+    /// The longest excess only the TSC readers counted that is taken for
+    /// a pause nobody reported (default 10 s, the facade's default
+    /// `max_jump`); a longer one is judged as a rate (and, in the facade,
+    /// its readings are refused as a jump).
+    /// Interrupt-safe: yes.
+    pub fn set_pause_limit(&mut self, limit: Duration) {
+        self.pause_limit_ns = limit.as_nanos();
     }
 
     /// Says which counter `member` physically reads where that is not the
@@ -509,6 +527,7 @@ impl Watchdog {
                 reference,
                 ref_ns,
                 self.config.max_skew_ppm,
+                self.pause_limit_ns,
             );
         self.inferred_pause = inferred;
         let paused = paused || inferred;

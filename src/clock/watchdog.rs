@@ -315,6 +315,8 @@ impl<H: Hardware + Clone> Clock<H> {
             for (i, &c) in counters[..n].iter().enumerate() {
                 w.set_counter(i, c);
             }
+            // A longer pause nobody reported is a jump (`max_jump`).
+            w.set_pause_limit(self.settings.max_jump);
             st.core = Some((w, key));
         }
         // The reference: the best other member that needs no supervision,
