@@ -447,8 +447,10 @@ impl<'a> Platform<'a> {
     /// source that jumps further than that counter's elapsed time explains
     /// (by 1% + 1 s) is at fault (`Demotion::Jumped`), its reading is not
     /// returned. A host pause announced through kvmclock is not a jump
-    /// (kvmclock itself hides it); one the host does not announce looks
-    /// like a jump of the raw TSC.
+    /// (kvmclock itself hides it). One the host does not announce (QEMU's
+    /// stop/cont without kvmclock: the devices freeze, the TSC counts on)
+    /// is taken for a pause by the watchdog up to this bound, and beyond
+    /// it looks like a jump of the raw TSC.
     /// Interrupt-safe: yes.
     pub fn max_jump(mut self, d: clockhal_core::Duration) -> Self {
         self.max_jump = d;
