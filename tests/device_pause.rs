@@ -40,6 +40,25 @@ fn ticks(m: &SimMachine, c: &SimClock, n: usize) -> Vec<WatchdogEvent> {
         .collect()
 }
 
+/// Within `n` ticks the clock switches away from the TSC.
+fn assert_switched_from_tsc(m: &SimMachine, c: &SimClock, n: usize, case: &str) {
+    let evs = ticks(m, c, n);
+    let switched = |e: &WatchdogEvent| {
+        matches!(
+            e,
+            WatchdogEvent::Switched {
+                from: SourceId::Tsc,
+                ..
+            }
+        )
+    };
+    assert!(
+        evs.iter().any(switched),
+        "{case}: {evs:?}\n{}",
+        c.report().table()
+    );
+}
+
 #[test]
 fn a_pause_of_the_devices_between_ticks_demotes_no_honest_tsc() {
     for invariant in [true, false] {
@@ -82,18 +101,7 @@ fn a_tsc_that_turns_fast_is_still_demoted() {
     ] {
         let (m, c) = tsc_with_devices(true);
         m.set_tsc_hz(hz);
-        let evs = ticks(m, &c, within);
-        assert!(
-            evs.iter().any(|e| matches!(
-                e,
-                WatchdogEvent::Switched {
-                    from: SourceId::Tsc,
-                    ..
-                }
-            )),
-            "{hz} Hz: {evs:?}\n{}",
-            c.report().table()
-        );
+        assert_switched_from_tsc(m, &c, within, &format!("{hz} Hz"));
     }
 }
 
@@ -104,16 +112,5 @@ fn an_unannounced_excess_beyond_max_jump_is_still_a_fault() {
     // jump check would refuse.
     let (m, c) = tsc_with_devices(true);
     m.step_tsc(None, 60 * 2_000_000_000);
-    let evs = ticks(m, &c, 3);
-    assert!(
-        evs.iter().any(|e| matches!(
-            e,
-            WatchdogEvent::Switched {
-                from: SourceId::Tsc,
-                ..
-            }
-        )),
-        "{evs:?}\n{}",
-        c.report().table()
-    );
+    assert_switched_from_tsc(m, &c, 3, "60 s");
 }
