@@ -8,6 +8,7 @@
 //! the raw TSC, as the jump check's docs say.
 mod adversarial;
 
+use adversarial::race;
 use adversarial::*;
 use clockhal::{SourceId, WatchdogEvent};
 use clockhal_sim::{HpetConfig, PmTimerConfig, SimConfig, SimMachine};
@@ -113,4 +114,20 @@ fn an_unannounced_excess_beyond_max_jump_is_still_a_fault() {
     let (m, c) = tsc_with_devices(true);
     m.step_tsc(None, 60 * 2_000_000_000);
     assert_switched_from_tsc(m, &c, 3, "60 s");
+}
+
+#[test]
+fn readers_on_two_threads_through_an_unannounced_pause_see_no_fault() {
+    // The same 2 s pause while two threads read: every reading in order
+    // (the readers check), nothing demoted, the TSC kept.
+    let (m, c) = tsc_with_devices(true);
+    let evs = race(&c, m, &[0, 0], false, |readers| {
+        let mut e = adversarial::ticks(&c, m, readers, 2, 50);
+        readers.future_slack(None); // the TSC counts the pause; the machine does not
+        m.step_tsc(None, 2 * 2_000_000_000);
+        e.extend(adversarial::ticks(&c, m, readers, 12, 50));
+        e
+    });
+    assert!(!evs.iter().any(bad), "{evs:?}\n{}", c.report().table());
+    assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
 }

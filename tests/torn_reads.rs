@@ -5,6 +5,7 @@
 //! ~9 ms) must neither move the clock ahead nor outvote an honest TSC.
 mod adversarial;
 
+use adversarial::race;
 use adversarial::*;
 use clockhal::SourceId;
 use clockhal_sim::{PmTimerConfig, SimConfig, SimMachine};
@@ -73,4 +74,22 @@ fn a_pm_timer_that_starts_tearing_after_probe_outvotes_no_honest_tsc() {
         assert!(!bad(&e), "{e:?}\n{}", c.report().table());
     }
     assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
+}
+
+#[test]
+fn readers_on_two_threads_never_see_a_torn_value() {
+    // Two threads read the PM timer clock while it tears: no reading runs
+    // more than 1 ms ahead of the machine (a torn one is ~9 ms), none goes
+    // back (the readers check both).
+    let m = pm_only(false);
+    let (c, _) = clock(m);
+    c.force(SourceId::AcpiPm).unwrap();
+    m.with_pm_timer(|pm, _| pm.set_glitchy(true));
+    race(&c, m, &[0, 0], false, |readers| {
+        readers.future_slack(Some(ms(1)));
+        for _ in 0..200 {
+            readers.wait(20);
+            m.advance(100_000);
+        }
+    });
 }
