@@ -434,7 +434,10 @@ impl<'a> Platform<'a> {
     /// it (default 2 s: eight ticks at the suggested 250 ms). Past it, the
     /// next read switches to the best source that needs no supervision:
     /// an OS that stops ticking falls back to a correct clock instead of
-    /// running on an unchecked TSC.
+    /// running on an unchecked TSC. The time is asked of an independent
+    /// 64-bit counter (the HPET) where there is one: a guest paused with its
+    /// devices (QEMU's stop/cont without kvmclock) is past the deadline on
+    /// the TSC alone, and keeps the TSC until the next tick judges it.
     /// Interrupt-safe: yes.
     pub fn supervision_timeout(mut self, d: clockhal_core::Duration) -> Self {
         self.supervision_timeout = d;

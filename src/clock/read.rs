@@ -316,7 +316,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if self.held.load(Relaxed) != 0 {
             self.held.store(0, Relaxed);
         }
-        if v > self.deadline.load(Acquire) {
+        if v > self.deadline.load(Acquire) && self.deadline_passed(v) {
             self.demote_current(Demotion::Unsupervised);
         }
     }

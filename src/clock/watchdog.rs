@@ -775,6 +775,49 @@ impl<H: Hardware + Clone> Clock<H> {
         }
     }
 
+    /// A supervised TSC's reading `v` is past its deadline: did the ticks
+    /// really stop for that long? The jump check's anchor (an independent
+    /// 64-bit counter, read at the round that set the deadline or before)
+    /// says how much time passed for the devices. A guest paused with its
+    /// devices while the TSC counted on (QEMU's stop/cont without
+    /// kvmclock) is past the deadline on the TSC alone: the deadline moves
+    /// by what the devices did not see (at most `max_jump`), and the next
+    /// tick judges the TSC. `true`: past it (the ticks stopped, nothing
+    /// can tell, or the TSC ran further than a pause explains).
+    /// Interrupt-safe: yes (try-lock; one device read).
+    pub(crate) fn deadline_passed(&self, v: u64) -> bool {
+        let Some(st) = self.watchdog.try_lock() else {
+            // A tick is running: ticks have not stopped.
+            return false;
+        };
+        let Some((then, id, ticks)) = st.anchor else {
+            return true;
+        };
+        let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
+            return true;
+        };
+        let Some(d) = src.read().checked_sub(ticks) else {
+            return true;
+        };
+        drop(st);
+        let timeout = self.settings.supervision_timeout.as_nanos();
+        let base = self
+            .deadline
+            .load(Ordering::Acquire)
+            .saturating_sub(timeout);
+        // The devices' time since the deadline's base, and the TSC's.
+        let devices = scale
+            .ticks_to_ns(d)
+            .saturating_sub(base.saturating_sub(then));
+        let tsc = v.saturating_sub(base);
+        if devices >= timeout || tsc.saturating_sub(devices) > self.settings.max_jump.as_nanos() {
+            return true;
+        }
+        self.deadline
+            .store(v.saturating_add(timeout - devices), Ordering::Release);
+        false
+    }
+
     /// Sets the jump check's first anchor when the clock is built: the
     /// start of the timeline and an independent 64-bit counter's reading
     /// then, so a reading is checked before the first judged round too.

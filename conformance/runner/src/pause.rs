@@ -75,10 +75,13 @@ pub const ROWS: &[(&str, Seen, &str, Option<&str>)] = &[
 const KVMCLOCK: &str = "QEMU saves kvmclock at stop and restores it at cont (KVM_SET_CLOCK), then sets GUEST_STOPPED (KVM_KVMCLOCK_CTRL); the TSC counts on";
 const NO_AREA: &str = "no kvmclock area to carry GUEST_STOPPED; the TSC counts through the stop while the HPET and the PM timer (QEMU's virtual clock) do not";
 /// Known gap of the rows without kvmclock: a supervised TSC that is
-/// current at the stop is read past its supervision deadline right after
+/// current at the stop was read past its supervision deadline right after
 /// `cont` (nothing tells the guest it was paused) and switched away from,
-/// to be re-admitted rounds later. Whether it is current at the stop
-/// depends on earlier ticks, so both outcomes occur.
+/// to be re-admitted rounds later. The deadline now asks the HPET whether
+/// the ticks really stopped (`Clock::deadline_passed`); still tolerated
+/// because ticks a loaded host starves for 2 s around the pause end the
+/// supervision for real, and whether the TSC is current at the stop
+/// depends on earlier ticks.
 const UNSUPERVISED: &str = "demoted: tsc: supervised TSC without watchdog ticks";
 
 /// The row's planned pause, if it has one: how it must be seen, why, and
