@@ -147,6 +147,22 @@ struct Group {
     window_sum: u128,
 }
 
+impl Group {
+    /// The samples the window filter kept.
+    fn kept(&self) -> impl Iterator<Item = &Sample> {
+        self.samples
+            .iter()
+            .zip(self.keep)
+            .filter_map(|(s, k)| k.then_some(s))
+    }
+}
+
+/// `b`'s mean of `f` minus `a`'s, scaled by both groups' counts (exact in
+/// integers); `None` when it went down.
+fn scaled_diff(a: &Group, b: &Group, f: fn(&Group) -> u128) -> Option<u128> {
+    (f(b) * a.n).checked_sub(f(a) * b.n)
+}
+
 struct Origin {
     tsc: u64,
     reference: u64,
@@ -215,7 +231,7 @@ fn group<H: Hardware>(
 fn max_residual(g: &Group, dr: i128, dt2: i128) -> Result<u128, CalibrationError> {
     let n = g.n as i128;
     let mut worst: u128 = 0;
-    for (s, _) in g.samples.iter().zip(g.keep).filter(|(_, k)| *k) {
+    for s in g.kept() {
         // residual * n * dt2 = (r*n - r_sum) * dt2 - dr * (mid2*n - mid2_sum)
         let dr_i = (s.r as i128) * n - g.r_sum as i128;
         let dm_i = (s.mid2() as i128) * n - g.mid2_sum as i128;
@@ -268,11 +284,8 @@ impl Spin {
 /// How much the second half's rate (TSC ticks per reference tick, middle
 /// to end) differs from the first's (start to middle), ppm of the first.
 fn halves_ppm(s: &Group, m: &Group, e: &Group) -> Result<i128, CalibrationError> {
-    // Group means as (sum, n) pairs: differences scaled by both n's.
     let diff = |a: &Group, b: &Group, f: fn(&Group) -> u128| {
-        (f(b) * a.n)
-            .checked_sub(f(a) * b.n)
-            .ok_or(CalibrationError::ReferenceBackwards)
+        scaled_diff(a, b, f).ok_or(CalibrationError::ReferenceBackwards)
     };
     let (t1, r1) = (diff(s, m, |g| g.mid2_sum)?, diff(s, m, |g| g.r_sum)?);
     let (t2, r2) = (diff(m, e, |g| g.mid2_sum)?, diff(m, e, |g| g.r_sum)?);
@@ -367,12 +380,8 @@ fn calibrate_once<H: Hardware>(
     // Differences of the group means, scaled by n_start * n_end (and x2 for
     // the TSC midpoints) to stay in integers.
     let (n0, n1) = (start.n, end.n);
-    let dt2 = (end.mid2_sum * n0)
-        .checked_sub(start.mid2_sum * n1)
-        .ok_or(CalibrationError::TscBackwards)?;
-    let dr = (end.r_sum * n0)
-        .checked_sub(start.r_sum * n1)
-        .ok_or(CalibrationError::ReferenceBackwards)?;
+    let dt2 = scaled_diff(&start, &end, |g| g.mid2_sum).ok_or(CalibrationError::TscBackwards)?;
+    let dr = scaled_diff(&start, &end, |g| g.r_sum).ok_or(CalibrationError::ReferenceBackwards)?;
     if dr == 0 {
         return Err(CalibrationError::ReferenceStuck);
     }
@@ -410,8 +419,8 @@ fn calibrate_once<H: Hardware>(
     // each: more is a reference that stood still or jumped inside a group.
     let widest = [&start, &middle, &end]
         .iter()
-        .flat_map(|g| g.samples.iter().zip(g.keep).filter(|(_, k)| *k))
-        .map(|(s, _)| s.window() as u128)
+        .flat_map(|g| g.kept())
+        .map(|s| s.window() as u128)
         .max()
         .unwrap_or(0);
     if scatter > (widest * ref_ticks).div_ceil(tsc_ticks.max(1)) + 2 {
