@@ -31,19 +31,9 @@ fn tsc_with_devices(invariant: bool) -> (&'static SimMachine, SimClock) {
     (m, c)
 }
 
-/// The bad events of `n` ticks 250 ms apart.
-fn ticks(m: &SimMachine, c: &SimClock, n: usize) -> Vec<WatchdogEvent> {
-    (0..n)
-        .filter_map(|_| {
-            m.advance(ms(250));
-            Some(c.watchdog_tick()).filter(bad)
-        })
-        .collect()
-}
-
 /// Within `n` ticks the clock switches away from the TSC.
 fn assert_switched_from_tsc(m: &SimMachine, c: &SimClock, n: usize, case: &str) {
-    let evs = ticks(m, c, n);
+    let evs = bad_ticks(c, m, n, ms(250));
     let switched = |e: &WatchdogEvent| {
         matches!(
             e,
@@ -71,7 +61,7 @@ fn a_pause_of_the_devices_between_ticks_demotes_no_honest_tsc() {
                                                            // Read before the next tick, as a kernel does.
             m.advance(ms(1));
             let _ = c.now();
-            let evs = ticks(m, &c, 40);
+            let evs = bad_ticks(&c, m, 40, ms(250));
             assert!(
                 evs.is_empty(),
                 "invariant {invariant}, {pause_ms} ms: {evs:?}\n{}",
@@ -145,7 +135,7 @@ fn a_supervised_tsc_read_right_after_an_unannounced_pause_stays_current() {
     m.advance(ms(1));
     let _ = c.now();
     assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
-    let evs = ticks(m, &c, 12);
+    let evs = bad_ticks(&c, m, 12, ms(250));
     assert!(evs.is_empty(), "{evs:?}\n{}", c.report().table());
     assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
     // Ticks that really stop still end the supervision.

@@ -314,6 +314,17 @@ pub fn ticks(
         .collect()
 }
 
+/// The bad events ([`bad`]) of `n` watchdog ticks `period_ns` apart,
+/// without reader threads.
+pub fn bad_ticks(c: &SimClock, m: &SimMachine, n: usize, period_ns: u64) -> Vec<WatchdogEvent> {
+    (0..n)
+        .filter_map(|_| {
+            m.advance(period_ns);
+            Some(c.watchdog_tick()).filter(bad)
+        })
+        .collect()
+}
+
 /// `d` of simulated time.
 /// A tick that moved the clock off its source (a demotion or a switch).
 pub fn bad(e: &WatchdogEvent) -> bool {
