@@ -68,25 +68,26 @@ fn a_pm_timer_that_starts_tearing_after_probe_outvotes_no_honest_tsc() {
     let (c, _) = clock(m);
     assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
     m.with_pm_timer(|pm, _| pm.set_glitchy(true));
-    for _ in 0..200 {
-        m.advance(ms(100));
-        let e = c.watchdog_tick();
-        assert!(!bad(&e), "{e:?}\n{}", c.report().table());
-    }
+    let evs = bad_ticks(&c, m, 200, ms(100));
+    assert!(evs.is_empty(), "{evs:?}\n{}", c.report().table());
     assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
 }
 
 #[test]
-fn readers_on_two_threads_never_see_a_torn_value() {
-    // Two threads read the PM timer clock while it tears: no reading runs
-    // more than 1 ms ahead of the machine (a torn one is ~9 ms), none goes
-    // back (the readers check both).
+fn readers_on_two_threads_never_see_time_go_back_on_a_tearing_counter() {
+    // Two threads read the PM timer clock while it tears; the readers
+    // check that no reading goes back. Not "never ahead": the simulator
+    // tears every fifth read of the machine, so with two threads
+    // interleaving, one thread's pair sometimes takes two reads torn
+    // alike, which no pair (nor Linux's verified triple) can tell from a
+    // good one. One tear cannot pass (the single-reader test above); two
+    // alike can, and time still never goes back.
     let m = pm_only(false);
     let (c, _) = clock(m);
     c.force(SourceId::AcpiPm).unwrap();
     m.with_pm_timer(|pm, _| pm.set_glitchy(true));
     race(&c, m, &[0, 0], false, |readers| {
-        readers.future_slack(Some(ms(1)));
+        readers.future_slack(None);
         for _ in 0..200 {
             readers.wait(20);
             m.advance(100_000);

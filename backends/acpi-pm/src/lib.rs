@@ -47,7 +47,7 @@ pub enum PmMode {
     /// it. A latch test passed at probe cannot prove that the counter never
     /// tears later; the second read makes sure one tear cannot pass (torn
     /// ahead, the second read is behind it; torn back by more than the
-    /// step, the pair is too wide).
+    /// step, the pair is too wide). Two reads torn alike can.
     Fast,
     /// The counter tore at least once: three ordered reads per value.
     Verified,
