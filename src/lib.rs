@@ -36,11 +36,11 @@
 //! ```rust,no_run
 //! use clockhal::x86::acpi::find_rsdp;
 //! use clockhal::x86::paravirt::{PhysMapped, PvclockPage};
-//! use clockhal::x86::{MmioRegion, Native, OffsetMapping};
+//! use clockhal::x86::{CpuIndex, MmioRegion, Native, OffsetMapping};
 //! use clockhal::{Clock, Platform, Policy};
 //! use spin::Once; // or any once-cell the kernel has
 //!
-//! static CLOCK: Once<Clock<Native>> = Once::new();
+//! static CLOCK: Once<Clock<Native<ThisCpu>>> = Once::new();
 //! static PVCLOCK: PvclockPage = PvclockPage::new(); // one 32-byte area per vCPU, one frame
 //!
 //! /// What the loader and the kernel's memory manager tell us (a stand-in:
@@ -50,14 +50,20 @@
 //!     rsdp: Option<u64>, // the loader's RSDP; None: search the BIOS areas
 //!     cpus: usize,
 //! }
-//! fn this_cpu() -> usize { 0 } // the executing CPU's index (e.g. from its APIC ID)
+//! /// The executing CPU's index (e.g. a `gs:`-relative per-CPU field): a type,
+//! /// so every clock read inlines it.
+//! #[derive(Clone, Copy, Debug)]
+//! struct ThisCpu;
+//! impl CpuIndex for ThisCpu {
+//!     fn index(&self) -> usize { 0 }
+//! }
 //! fn virt_to_phys<T>(_: &T) -> u64 { unimplemented!("the kernel's page-table walk") }
 //! fn map_uncached(_phys: u64, _len: usize) -> usize { unimplemented!("the kernel's MMIO mapping") }
 //!
-//! fn init_time(boot: &Boot) -> &'static Clock<Native> {
-//!     // SAFETY: CPL0; clockhal may use the clock MSRs and ports; `this_cpu`
+//! fn init_time(boot: &Boot) -> &'static Clock<Native<ThisCpu>> {
+//!     // SAFETY: CPL0; clockhal may use the clock MSRs and ports; `ThisCpu`
 //!     // names the executing CPU for the whole of a clock read.
-//!     let hw = unsafe { Native::new() }.with_cpu_index(this_cpu);
+//!     let hw = unsafe { Native::new() }.with_cpu(ThisCpu);
 //!     // SAFETY: physical memory below 4 GiB is mapped at `phys_offset`, and
 //!     // reading the firmware tables there has no side effects.
 //!     let phys_mem = unsafe { OffsetMapping::new(boot.phys_offset, 1 << 32) };

@@ -18,7 +18,9 @@
 
 use clockhal_core::SlotPool;
 use clockhal_x86::cpuid::{HYPERV_SIGNATURE, KVM_SIGNATURE};
-use clockhal_x86::{CpuidResult, Hardware, MmioRegion, Msr, Native};
+use clockhal_x86::{
+    CpuIndex, CpuIndexFn, CpuidResult, Hardware, MmioRegion, Msr, Native, NoCpuIndex, OneCpu,
+};
 use core::sync::atomic::{AtomicBool, AtomicU64};
 
 /// Which hypervisor [`UserHw`]'s CPUID presents.
@@ -37,10 +39,11 @@ pub enum Persona {
 /// Real TSC, real CPUID outside the hypervisor leaves, inert MSRs.
 ///
 /// `RDTSCP`: `rdtsc_ordered` is a bare `rdtscp` instead of `Native`'s
-/// (a type parameter, so the rows' read paths carry no test for it).
+/// (a type parameter, so the rows' read paths carry no test for it). `C`:
+/// how `Native` learns the calling CPU, as for a kernel.
 #[derive(Clone, Copy, Debug)]
-pub struct UserHw<const RDTSCP: bool = false> {
-    native: Native,
+pub struct UserHw<const RDTSCP: bool = false, C: CpuIndex = NoCpuIndex> {
+    native: Native<C>,
     persona: Persona,
     lease: &'static AtomicBool,
     pool: &'static SlotPool,
@@ -63,46 +66,55 @@ impl UserHw {
     /// The same for an SMP kernel with a per-CPU index
     /// (`Native::with_cpu_index`): each bench thread is one "CPU", with a
     /// per-CPU slot of its own, as each CPU of a kernel has.
-    pub fn per_thread(persona: Persona) -> UserHw {
-        UserHw {
-            native: Native::hosted().with_cpu_index(thread_index),
-            ..UserHw::new(persona)
-        }
+    pub fn per_thread(persona: Persona) -> UserHw<false, CpuIndexFn> {
+        UserHw::new(persona).with_cpu(CpuIndexFn(thread_index))
     }
 
     /// The same for an SMP kernel whose CPU index is one load
-    /// (`Native::with_cpu_index` with a function returning a
+    /// (`Native::with_cpu` with a [`CpuIndex`] that reads a
     /// const-initialised thread-local, as a kernel's `gs:`-relative
-    /// per-CPU field): a read calls it before the TSC read and again after
-    /// it (the migration re-check). Every thread is "CPU 0": read it from
-    /// the bench's pinned main thread only (per-CPU state is updated
-    /// without locks).
+    /// per-CPU field): a read takes it before the TSC read and again after
+    /// it (the migration re-check), inlined. Every thread is "CPU 0": read
+    /// it from the bench's pinned main thread only (per-CPU state is
+    /// updated without locks).
     /// Interrupt-safe: no (allocates the lease and the slot pool).
-    pub fn smp(persona: Persona) -> UserHw {
+    pub fn smp(persona: Persona) -> UserHw<false, ThreadLocalCpu> {
         // A store LLVM cannot see past: without one, the never-written
         // thread-local folds to the constant 0 (no load at all).
         CPU.with(|c| c.set(std::hint::black_box(0)));
-        UserHw {
-            native: Native::hosted().with_cpu_index(cpu_zero),
-            ..UserHw::new(persona)
-        }
+        UserHw::new(persona).with_cpu(ThreadLocalCpu)
     }
 
     /// The same for a one-CPU kernel (`Native::new().single_cpu()`): the
     /// per-CPU floor is raised with an unlocked, interrupt-safe `cmpxchg`.
     /// Read it from one thread only (the bench's pinned main thread).
-    pub fn one_cpu(persona: Persona) -> UserHw {
-        UserHw {
-            native: Native::hosted().single_cpu(),
-            ..UserHw::new(persona)
-        }
+    pub fn one_cpu(persona: Persona) -> UserHw<false, OneCpu> {
+        UserHw::new(persona).with_cpu(OneCpu)
     }
 
+    /// The same with the CPU-index strategy `cpu`.
+    fn with_cpu<C: CpuIndex>(self, cpu: C) -> UserHw<false, C> {
+        let UserHw {
+            native,
+            persona,
+            lease,
+            pool,
+        } = self;
+        UserHw {
+            native: native.with_cpu(cpu),
+            persona,
+            lease,
+            pool,
+        }
+    }
+}
+
+impl<C: CpuIndex> UserHw<false, C> {
     /// This stand-in, but `rdtsc_ordered` is a bare `rdtscp` (what Linux's
     /// `rdtsc_ordered` and its vDSO use when the CPU has it): for measuring
     /// what `Native`'s run-time choice of the fence costs. `None` without
     /// RDTSCP.
-    pub fn with_rdtscp_ordering(self) -> Option<UserHw<true>> {
+    pub fn with_rdtscp_ordering(self) -> Option<UserHw<true, C>> {
         let UserHw {
             native,
             persona,
@@ -129,7 +141,7 @@ fn signature(max_leaf: u32, sig: &[u8; 12]) -> CpuidResult {
     }
 }
 
-impl<const RDTSCP: bool> Hardware for UserHw<RDTSCP> {
+impl<const RDTSCP: bool, C: CpuIndex> Hardware for UserHw<RDTSCP, C> {
     #[inline(always)]
     fn rdtsc(&self) -> u64 {
         self.native.rdtsc()
@@ -246,14 +258,20 @@ impl<const RDTSCP: bool> Hardware for UserHw<RDTSCP> {
 
 /// The [`UserHw::smp`] CPU index: one load of a const-initialised
 /// thread-local (0 on every thread), what a kernel's `gs:`-relative
-/// per-CPU index costs in user space. Not inlined: `with_cpu_index` takes
-/// a function pointer, and the read calls it through the pointer.
-fn cpu_zero() -> usize {
-    CPU.with(std::cell::Cell::get)
+/// per-CPU index costs in user space. Re-checked after the TSC read, as
+/// an OS's index must be unless it is fixed by construction.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadLocalCpu;
+
+impl CpuIndex for ThreadLocalCpu {
+    #[inline(always)]
+    fn index(&self) -> usize {
+        CPU.with(std::cell::Cell::get)
+    }
 }
 
 std::thread_local! {
-    /// [`cpu_zero`]'s index (set by [`UserHw::smp`] on the reading thread).
+    /// [`ThreadLocalCpu`]'s index (set by [`UserHw::smp`] on the reading thread).
     static CPU: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 

@@ -27,7 +27,7 @@ use clockhal_user::TscRead;
 use clockhal_x86::paravirt::{
     hv_next_sequence, hv_reference_scale, pvclock_time_scale, PVCLOCK_TSC_STABLE_BIT,
 };
-use clockhal_x86::{cpu_local_max, Hardware, Native};
+use clockhal_x86::{cpu_local_max, CpuIndex, Hardware, Native};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -65,11 +65,11 @@ pub const STAMP: &str = "clockhal::Clock::stamp() (unordered, for tracing)";
 
 /// `Clock::now()` built by `clockhal::probe()` on the TSC for an SMP
 /// kernel: the CPU index given by `Native::with_cpu_index`.
-pub const FACADE_SMP: &str = "clockhal::Clock::now() via probe (tsc, SMP: with_cpu_index)";
+pub const FACADE_SMP: &str = "clockhal::Clock::now() via probe (tsc, SMP: with_cpu)";
 /// The same on kvmclock (stable page): the per-CPU pvclock area makes the
 /// read call the CPU-index function again after the TSC read.
 pub const FACADE_KVM_SMP: &str =
-    "clockhal::Clock::now() via probe (kvmclock, stable page, SMP: with_cpu_index)";
+    "clockhal::Clock::now() via probe (kvmclock, stable page, SMP: with_cpu)";
 /// Hosted `Clock::now()` on the TSC (the CPU index is a thread-local).
 pub const HOSTED: &str = "clockhal::Clock::now() (hosted, tsc)";
 /// The least a checked read costs ([`crate::lean`]): the seqlocked
@@ -211,27 +211,30 @@ pub fn build(input: Inputs, mode: Mode) -> Built {
         tsc_row(TSC, UserHw::one_cpu(Persona::Kvm), tsc_hz)
     });
     r.add(FACADE_TSC, COUNTED, || {
-        facade_row(FACADE_TSC, Facade::Tsc, tsc_hz)
+        facade_row(FACADE_TSC, Facade::Tsc, UserHw::one_cpu, tsc_hz)
     });
     r.add(FACADE_KVM, COUNTED, || {
-        facade_row(FACADE_KVM, Facade::Kvmclock, tsc_hz)
+        facade_row(FACADE_KVM, Facade::Kvmclock, UserHw::one_cpu, tsc_hz)
     });
     r.add(FACADE_HV, COUNTED, || {
-        facade_row(FACADE_HV, Facade::HypervPage, tsc_hz)
+        facade_row(FACADE_HV, Facade::HypervPage, UserHw::one_cpu, tsc_hz)
     });
     r.add(STAMP, COUNTED, || {
-        let clock: &'static clockhal::Clock<UserHw> =
-            Box::leak(Box::new(facade_clock(Facade::Tsc, tsc_hz)?));
+        let clock: &'static clockhal::Clock<_> = Box::leak(Box::new(facade_clock(
+            Facade::Tsc,
+            UserHw::one_cpu,
+            tsc_hz,
+        )?));
         clock
             .stamp_converter()
             .ok_or("no stamp converter on the TSC")?;
         Ok(Row::new(STAMP, move || clock.stamp()))
     });
     r.add(FACADE_SMP, COUNTED, || {
-        facade_row(FACADE_SMP, Facade::TscSmp, tsc_hz)
+        facade_row(FACADE_SMP, Facade::Tsc, UserHw::smp, tsc_hz)
     });
     r.add(FACADE_KVM_SMP, COUNTED, || {
-        facade_row(FACADE_KVM_SMP, Facade::KvmclockSmp, tsc_hz)
+        facade_row(FACADE_KVM_SMP, Facade::Kvmclock, UserHw::smp, tsc_hz)
     });
     r.add(HOSTED, COUNTED, || hosted_row(HOSTED, tsc_hz, mode));
     r.add(KVM_STABLE, COUNTED, || {
@@ -431,46 +434,36 @@ pub enum Facade {
     /// forced (`Policy::force("tsc")`: selected whatever CPUID says, also
     /// under valgrind's synthetic CPUID, and never switched away from).
     Tsc,
-    /// The same for an SMP kernel: [`UserHw::smp`], the CPU index given by
-    /// `Native::with_cpu_index` (one thread-local load, called before the
-    /// TSC read and again after it).
-    TscSmp,
-    /// kvmclock as [`Facade::Kvmclock`] for an SMP kernel ([`UserHw::smp`]).
-    KvmclockSmp,
     /// kvmclock on one area with the stable bit (CPUID grants it).
     Kvmclock,
     /// The Hyper-V reference TSC page (the partition offers only it).
     HypervPage,
 }
 
-/// `Clock::now()` as a one-CPU kernel gets it: `clockhal::probe()` on
-/// [`UserHw::one_cpu`] with the clock memory written once, before the
-/// probe, with the real TSC rate (as a host with a stable master clock
-/// serves it between its rare updates), then `into_clock()`. The clock's
-/// current source must be the intended one.
+/// `Clock::now()` as a kernel gets it: `clockhal::probe()` on the
+/// [`UserHw`] `hw` makes for the source's persona ([`UserHw::one_cpu`]
+/// for a one-CPU kernel, [`UserHw::smp`] for an SMP one), with the clock
+/// memory written once, before the probe, with the real TSC rate (as a
+/// host with a stable master clock serves it between its rare updates),
+/// then `into_clock()`. The clock's current source must be the intended
+/// one.
 ///
 /// This is the bench's only coupling to the facade's probe API.
-pub fn facade_clock(which: Facade, tsc_hz: u64) -> Result<clockhal::Clock<UserHw>, String> {
+pub fn facade_clock<C: CpuIndex + 'static>(
+    which: Facade,
+    hw: fn(Persona) -> UserHw<false, C>,
+    tsc_hz: u64,
+) -> Result<clockhal::Clock<UserHw<false, C>>, String> {
     let memory = SharedMemory::default();
     let (hw, platform, want) = match which {
         Facade::Tsc => {
             let rate = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
             let policy = Policy::new().migration(Migration::WillNot).force("tsc");
             let platform = Platform::new().tsc_rate(rate).policy(policy);
-            (UserHw::one_cpu(Persona::BareMetal), platform, SourceId::Tsc)
+            (hw(Persona::BareMetal), platform, SourceId::Tsc)
         }
-        Facade::TscSmp => {
-            let rate = Frequency::from_hz(tsc_hz).map_err(|e| e.to_string())?;
-            let policy = Policy::new().migration(Migration::WillNot).force("tsc");
-            let platform = Platform::new().tsc_rate(rate).policy(policy);
-            (UserHw::smp(Persona::BareMetal), platform, SourceId::Tsc)
-        }
-        Facade::Kvmclock | Facade::KvmclockSmp => {
-            let hw = if which == Facade::KvmclockSmp {
-                UserHw::smp(Persona::Kvm)
-            } else {
-                UserHw::one_cpu(Persona::Kvm)
-            };
+        Facade::Kvmclock => {
+            let hw = hw(Persona::Kvm);
             let (mul, shift) = pvclock_time_scale(tsc_hz).ok_or("TSC rate out of range")?;
             let areas = memory.alloc_pvclock_areas(1);
             let area = areas.element(0).ok_or("no area")?.get();
@@ -490,11 +483,7 @@ pub fn facade_clock(which: Facade, tsc_hz: u64) -> Result<clockhal::Clock<UserHw
             let platform = Platform::new()
                 .hyperv_tsc_page(page)
                 .hyperv_guest_os_id(clockhal_hyperv::DEFAULT_GUEST_OS_ID);
-            (
-                UserHw::one_cpu(Persona::Hyperv),
-                platform,
-                SourceId::HypervPage,
-            )
+            (hw(Persona::Hyperv), platform, SourceId::HypervPage)
         }
     };
     let probed = clockhal::probe(hw, platform);
@@ -510,8 +499,13 @@ pub fn facade_clock(which: Facade, tsc_hz: u64) -> Result<clockhal::Clock<UserHw
 }
 
 /// A [`facade_clock`] row.
-fn facade_row(name: &str, which: Facade, tsc_hz: u64) -> Result<Row, String> {
-    let clock: &'static clockhal::Clock<UserHw> = Box::leak(Box::new(facade_clock(which, tsc_hz)?));
+fn facade_row<C: CpuIndex + 'static>(
+    name: &str,
+    which: Facade,
+    hw: fn(Persona) -> UserHw<false, C>,
+    tsc_hz: u64,
+) -> Result<Row, String> {
+    let clock: &'static clockhal::Clock<_> = Box::leak(Box::new(facade_clock(which, hw, tsc_hz)?));
     let first = clock.now();
     if clock.now() < first {
         return Err("the clock went backwards".into());
@@ -623,9 +617,9 @@ enum Path {
 
 /// A `Kvmclock` probed on [`UserHw`] over an area written once with the
 /// real TSC rate (stable flag set or not).
-fn kvmclock_row<const R: bool>(
+fn kvmclock_row<H: Hardware + Clone + 'static>(
     name: &str,
-    hw: UserHw<R>,
+    hw: H,
     tsc_hz: u64,
     path: Path,
     granule: ClampGranule,
@@ -653,7 +647,7 @@ fn kvmclock_row<const R: bool>(
     if clock.stable() != (path == Path::Stable) {
         return Err("kvmclock did not take the intended path".into());
     }
-    let clock: &'static Kvmclock<UserHw<R>> = Box::leak(Box::new(clock));
+    let clock: &'static Kvmclock<H> = Box::leak(Box::new(clock));
     let row = Row::new(name, move || clock.read());
     if path != Path::ClampContended {
         return Ok(row);
@@ -672,7 +666,11 @@ fn kvmclock_row<const R: bool>(
 
 /// A Hyper-V page clock probed on [`UserHw`] over a page written once with
 /// the real TSC rate, read in ns (`read_ns`: no conversion after it).
-fn hyperv_row<const R: bool>(name: &str, hw: UserHw<R>, tsc_hz: u64) -> Result<Row, String> {
+fn hyperv_row<H: Hardware + Clone + 'static>(
+    name: &str,
+    hw: H,
+    tsc_hz: u64,
+) -> Result<Row, String> {
     let scale = hv_reference_scale(tsc_hz).ok_or("TSC rate out of range")?;
     let page = SharedMemory::default().alloc_hv_page();
     page.get().publish(hv_next_sequence(0), scale, 0);
@@ -687,7 +685,7 @@ fn hyperv_row<const R: bool>(name: &str, hw: UserHw<R>, tsc_hz: u64) -> Result<R
     if hv.page().is_none() {
         return Err(format!("page rejected: {:?}", hv.page_error()));
     }
-    let hv: &'static Hyperv<UserHw<R>> = Box::leak(Box::new(hv));
+    let hv: &'static Hyperv<H> = Box::leak(Box::new(hv));
     let clock = hv.page().ok_or("no page clock")?;
     Ok(Row::new(name, move || clock.read_ns()))
 }

@@ -1,23 +1,25 @@
 //! The real instructions.
 
-use crate::{CpuidResult, Hardware, MmioRegion, Msr};
+use crate::{CpuIndex, CpuIndexFn, CpuidResult, Hardware, MmioRegion, Msr, NoCpuIndex, OneCpu};
 use clockhal_user::TscRead;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Hardware access through the real x86_64 instructions.
 ///
-/// How it knows the calling CPU decides how clockhal's per-CPU read state
-/// is updated:
+/// How it knows the calling CPU (its type parameter, a [`CpuIndex`]: no
+/// run-time test on the read path) decides how clockhal's per-CPU read
+/// state is updated:
 ///
-/// | constructor | `cpu_index()` | per-CPU floor update |
-/// |---|---|---|
-/// | [`Native::new`] | 0 | locked `fetch_max` (correct on any number of CPUs) |
-/// | [`.single_cpu()`](Native::single_cpu) | 0 | unlocked `cmpxchg` (one CPU: interrupts are the only concurrency) |
-/// | [`.with_cpu_index(f)`](Native::with_cpu_index) | `f()` | unlocked `cmpxchg` on the calling CPU's own slot |
+/// | constructor | type | `cpu_index()` | per-CPU floor update |
+/// |---|---|---|---|
+/// | [`Native::new`] | `Native` (= `Native<NoCpuIndex>`) | 0 | locked `fetch_max` (correct on any number of CPUs) |
+/// | [`.single_cpu()`](Native::single_cpu) | `Native<OneCpu>` | 0 | unlocked `cmpxchg` (one CPU: interrupts are the only concurrency) |
+/// | [`.with_cpu_index(f)`](Native::with_cpu_index) | `Native<CpuIndexFn>` | `f()` | unlocked `cmpxchg` on the calling CPU's own slot |
+/// | [`.with_cpu(c)`](Native::with_cpu) | `Native<C>` | `c.index()`, inlined | as `C` says ([`CpuIndex::LOCAL`]) |
 ///
 /// With `with_cpu_index`, a read calls `f` a second time after the TSC read
 /// to confirm that it did not change CPU (see
-/// [`Hardware::cpu_index_is_fixed`]); the two other forms are fixed.
+/// [`Hardware::cpu_index_is_fixed`]); the first two forms are fixed.
 ///
 /// The unlocked form is interrupt-safe and costs about a fifth of a locked
 /// one; it is what makes [`Clock::now`](https://docs.rs/clockhal) as cheap
@@ -32,24 +34,13 @@ use core::sync::atomic::{AtomicU64, Ordering};
 /// let t = hw.rdtsc_ordered();
 /// ```
 #[derive(Clone, Copy, Debug)]
-pub struct Native {
-    cpu: CpuIndex,
+pub struct Native<C: CpuIndex = NoCpuIndex> {
+    cpu: C,
     /// A user-space token: MSRs and ports are never touched.
     user: bool,
     /// How `rdtsc_ordered` orders the read, chosen once at construction
     /// (a field, not a global: the read waits for no extra load).
     fence: TscRead,
-}
-
-/// How [`Native`] learns the calling CPU.
-#[derive(Clone, Copy, Debug)]
-enum CpuIndex {
-    /// Not known: index 0 for every CPU, shared state updated with locks.
-    Unknown,
-    /// The machine (or the OS) has one CPU.
-    Single,
-    /// The OS's function.
-    Fn(fn() -> usize),
 }
 
 impl Native {
@@ -86,7 +77,7 @@ impl Native {
     /// OS has not set CR4.TSD.
     pub unsafe fn new() -> Native {
         Native {
-            cpu: CpuIndex::Unknown,
+            cpu: NoCpuIndex,
             user: false,
             // The same choice, and the same instructions, as the clock
             // page's user-space readers.
@@ -111,15 +102,14 @@ impl Native {
         let n = unsafe { Native::new() };
         Native { user: true, ..n }
     }
+}
 
+impl<C: CpuIndex> Native<C> {
     /// The same token for an OS that runs on one CPU (or keeps clockhal to
     /// one): per-CPU state is updated without locks.
     /// Interrupt-safe: yes.
-    pub const fn single_cpu(self) -> Native {
-        Native {
-            cpu: CpuIndex::Single,
-            ..self
-        }
+    pub const fn single_cpu(self) -> Native<OneCpu> {
+        self.with_cpu(OneCpu)
     }
 
     /// The same token with the OS's CPU index: `f` returns the index of the
@@ -128,11 +118,21 @@ impl Native {
     /// migration may not). Per-CPU pvclock areas and clockhal's per-CPU read
     /// state are indexed by it, and updated without locks. A wrong `f`
     /// cannot cause undefined behaviour, only wrong or non-monotonic time.
+    /// A read calls `f` through the pointer twice (before the TSC read and
+    /// after it); [`with_cpu`](Self::with_cpu) with a type of the OS's own
+    /// inlines the index instead.
     /// Interrupt-safe: yes.
-    pub const fn with_cpu_index(self, f: fn() -> usize) -> Native {
+    pub const fn with_cpu_index(self, f: fn() -> usize) -> Native<CpuIndexFn> {
+        self.with_cpu(CpuIndexFn(f))
+    }
+
+    /// The same token with the CPU-index strategy `cpu` (see [`CpuIndex`]).
+    /// Interrupt-safe: yes.
+    pub const fn with_cpu<D: CpuIndex>(self, cpu: D) -> Native<D> {
         Native {
-            cpu: CpuIndex::Fn(f),
-            ..self
+            cpu,
+            user: self.user,
+            fence: self.fence,
         }
     }
 
@@ -147,7 +147,7 @@ impl Native {
     }
 }
 
-impl Hardware for Native {
+impl<C: CpuIndex> Hardware for Native<C> {
     #[inline(always)]
     fn rdtsc(&self) -> u64 {
         // SAFETY: `Native::new`'s contract: CPL0, so CR4.TSD cannot fault us.
@@ -266,24 +266,20 @@ impl Hardware for Native {
 
     #[inline(always)]
     fn cpu_index(&self) -> usize {
-        match self.cpu {
-            CpuIndex::Unknown | CpuIndex::Single => 0,
-            CpuIndex::Fn(f) => f(),
-        }
+        self.cpu.index()
     }
 
     #[inline(always)]
     fn cpu_index_is_fixed(&self) -> bool {
-        // An OS's function is called again after the TSC read: a kernel
-        // that preempts and migrates a reader is caught, not trusted.
-        !matches!(self.cpu, CpuIndex::Fn(_))
+        C::FIXED
     }
 
     #[inline(always)]
     fn fetch_max_local(&self, cell: &AtomicU64, value: u64) -> u64 {
-        match self.cpu {
-            CpuIndex::Unknown => cell.fetch_max(value, Ordering::AcqRel).max(value),
-            CpuIndex::Single | CpuIndex::Fn(_) => cpu_local_max(cell, value),
+        if C::LOCAL {
+            cpu_local_max(cell, value)
+        } else {
+            cell.fetch_max(value, Ordering::AcqRel).max(value)
         }
     }
 }
