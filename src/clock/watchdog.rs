@@ -154,6 +154,15 @@ pub enum WatchdogEvent {
 
 pub(crate) use super::readmit::can_be_member;
 
+/// What the jump check's anchor device counted since the anchor.
+enum Elapsed {
+    Ns(u64),
+    /// The device or its scale is gone.
+    NoDevice,
+    /// It counted back (reset, or garbage): no answer now.
+    Back,
+}
+
 impl<H: Hardware + Clone> Clock<H> {
     /// The counter `id` reads now: the Hyper-V page reads the MSR while it
     /// falls back to it (then the two are one vote, not two).
@@ -755,13 +764,11 @@ impl<H: Hardware + Clone> Clock<H> {
             // The reading comes from the reference itself: not confirmed.
             return Err(None);
         }
-        let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
-            return Ok(());
+        let ref_ns = match self.anchor_elapsed(id, ticks) {
+            Elapsed::Ns(ns) => ns,
+            Elapsed::NoDevice => return Ok(()),
+            Elapsed::Back => return Err(None),
         };
-        let Some(d) = src.read().checked_sub(ticks) else {
-            return Err(None);
-        };
-        let ref_ns = scale.ticks_to_ns(d);
         let allowed = ref_ns
             .saturating_add(ref_ns / 100)
             .saturating_add(1_000_000_000);
@@ -793,10 +800,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some((then, id, ticks)) = st.anchor else {
             return true;
         };
-        let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
-            return true;
-        };
-        let Some(d) = src.read().checked_sub(ticks) else {
+        let Elapsed::Ns(device_ns) = self.anchor_elapsed(id, ticks) else {
             return true;
         };
         drop(st);
@@ -806,9 +810,7 @@ impl<H: Hardware + Clone> Clock<H> {
             .load(Ordering::Acquire)
             .saturating_sub(timeout);
         // The devices' time since the deadline's base, and the TSC's.
-        let devices = scale
-            .ticks_to_ns(d)
-            .saturating_sub(base.saturating_sub(then));
+        let devices = device_ns.saturating_sub(base.saturating_sub(then));
         let tsc = v.saturating_sub(base);
         if devices >= timeout || tsc.saturating_sub(devices) > self.settings.max_jump.as_nanos() {
             return true;
@@ -816,6 +818,19 @@ impl<H: Hardware + Clone> Clock<H> {
         self.deadline
             .store(v.saturating_add(timeout - devices), Ordering::Release);
         false
+    }
+
+    /// The ns the anchor's device `id` counted since its reading `ticks`
+    /// (the jump check's and the supervision deadline's one question).
+    /// Interrupt-safe: yes (one device read).
+    fn anchor_elapsed(&self, id: SourceId, ticks: u64) -> Elapsed {
+        let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
+            return Elapsed::NoDevice;
+        };
+        match src.read().checked_sub(ticks) {
+            Some(d) => Elapsed::Ns(scale.ticks_to_ns(d)),
+            None => Elapsed::Back,
+        }
     }
 
     /// Sets the jump check's first anchor when the clock is built: the
