@@ -94,17 +94,18 @@ impl UserHw {
 
     /// The same with the CPU-index strategy `cpu`.
     fn with_cpu<C: CpuIndex>(self, cpu: C) -> UserHw<false, C> {
-        let UserHw {
-            native,
-            persona,
-            lease,
-            pool,
-        } = self;
+        self.with_native(self.native.with_cpu(cpu))
+    }
+}
+
+impl<const R: bool, C: CpuIndex> UserHw<R, C> {
+    /// The same machine (persona, lease, pool) on another `Native` token.
+    fn with_native<const R2: bool, D: CpuIndex>(self, native: Native<D>) -> UserHw<R2, D> {
         UserHw {
-            native: native.with_cpu(cpu),
-            persona,
-            lease,
-            pool,
+            native,
+            persona: self.persona,
+            lease: self.lease,
+            pool: self.pool,
         }
     }
 }
@@ -115,18 +116,7 @@ impl<C: CpuIndex> UserHw<false, C> {
     /// what `Native`'s run-time choice of the fence costs. `None` without
     /// RDTSCP.
     pub fn with_rdtscp_ordering(self) -> Option<UserHw<true, C>> {
-        let UserHw {
-            native,
-            persona,
-            lease,
-            pool,
-        } = self;
-        clockhal_x86::cpuid::has_rdtscp(&native).then_some(UserHw {
-            native,
-            persona,
-            lease,
-            pool,
-        })
+        clockhal_x86::cpuid::has_rdtscp(&self.native).then(|| self.with_native(self.native))
     }
 }
 
