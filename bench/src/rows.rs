@@ -64,10 +64,11 @@ pub const HV: &str = "clockhal Hyper-V page -> ns";
 pub const STAMP: &str = "clockhal::Clock::stamp() (unordered, for tracing)";
 
 /// `Clock::now()` built by `clockhal::probe()` on the TSC for an SMP
-/// kernel: the CPU index given by `Native::with_cpu_index`.
+/// kernel: the CPU index given by `Native::with_cpu` (an inlined
+/// thread-local load, [`crate::hw::ThreadLocalCpu`]).
 pub const FACADE_SMP: &str = "clockhal::Clock::now() via probe (tsc, SMP: with_cpu)";
 /// The same on kvmclock (stable page): the per-CPU pvclock area makes the
-/// read call the CPU-index function again after the TSC read.
+/// read take the CPU index again after the TSC read.
 pub const FACADE_KVM_SMP: &str =
     "clockhal::Clock::now() via probe (kvmclock, stable page, SMP: with_cpu)";
 /// Hosted `Clock::now()` on the TSC (the CPU index is a thread-local).

@@ -22,8 +22,8 @@ pub mod pit;
 mod sync;
 pub mod timer_regs;
 
-#[cfg(target_arch = "x86_64")]
 pub use cpu_index::{CpuIndex, CpuIndexFn, NoCpuIndex, OneCpu};
 pub use hardware::{rdmsr_checked, CpuidResult, Hardware, MmioRegion, Msr, Seam};
 pub use memory::{OffsetMapping, PhysMemory, SliceMemory};
+#[cfg(target_arch = "x86_64")]
 pub use native::{cpu_local_max, Native};

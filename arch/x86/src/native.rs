@@ -118,9 +118,10 @@ impl<C: CpuIndex> Native<C> {
     /// migration may not). Per-CPU pvclock areas and clockhal's per-CPU read
     /// state are indexed by it, and updated without locks. A wrong `f`
     /// cannot cause undefined behaviour, only wrong or non-monotonic time.
-    /// A read calls `f` through the pointer twice (before the TSC read and
-    /// after it); [`with_cpu`](Self::with_cpu) with a type of the OS's own
-    /// inlines the index instead.
+    /// A read calls `f` through the pointer before the TSC read and, where
+    /// the source's map is per CPU, again after it;
+    /// [`with_cpu`](Self::with_cpu) with a type of the OS's own inlines the
+    /// index instead.
     /// Interrupt-safe: yes.
     pub const fn with_cpu_index(self, f: fn() -> usize) -> Native<CpuIndexFn> {
         self.with_cpu(CpuIndexFn(f))
