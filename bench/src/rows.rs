@@ -67,8 +67,9 @@ pub const STAMP: &str = "clockhal::Clock::stamp() (unordered, for tracing)";
 /// kernel: the CPU index given by `Native::with_cpu` (an inlined
 /// thread-local load, [`crate::hw::ThreadLocalCpu`]).
 pub const FACADE_SMP: &str = "clockhal::Clock::now() via probe (tsc, SMP: with_cpu)";
-/// The same on kvmclock (stable page): the per-CPU pvclock area makes the
-/// read take the CPU index again after the TSC read.
+/// The same on kvmclock (stable page): the token is the CPU's own pvclock
+/// area; the trusted stable bit orders the entries across CPUs, so the
+/// index is not taken again after the TSC read.
 pub const FACADE_KVM_SMP: &str =
     "clockhal::Clock::now() via probe (kvmclock, stable page, SMP: with_cpu)";
 /// Hosted `Clock::now()` on the TSC (the CPU index is a thread-local).

@@ -72,8 +72,9 @@ impl CpuIndex for OneCpu {
 }
 
 /// The OS's index through a function pointer (called before the TSC read
-/// and, where the source's map is per CPU, again after it: a kernel that
-/// migrates a reader is caught, not trusted). An OS that can name its index as a type of its own
+/// and, where the source's map is per CPU and not ordered across CPUs,
+/// again after it: a kernel that migrates a reader is caught, not
+/// trusted). An OS that can name its index as a type of its own
 /// ([`CpuIndex`]) saves the indirect calls.
 #[derive(Clone, Copy, Debug)]
 pub struct CpuIndexFn(pub fn() -> usize);

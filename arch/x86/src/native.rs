@@ -119,7 +119,8 @@ impl<C: CpuIndex> Native<C> {
     /// state are indexed by it, and updated without locks. A wrong `f`
     /// cannot cause undefined behaviour, only wrong or non-monotonic time.
     /// A read calls `f` through the pointer before the TSC read and, where
-    /// the source's map is per CPU, again after it;
+    /// the source's map is per CPU and not ordered across CPUs (kvmclock
+    /// without a trusted stable bit), again after it;
     /// [`with_cpu`](Self::with_cpu) with a type of the OS's own inlines the
     /// index instead.
     /// Interrupt-safe: yes.
