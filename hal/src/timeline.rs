@@ -585,13 +585,8 @@ impl ReadState<'_> {
             return self.read_slow(hw, src, owner, epoch, cpu);
         };
         let t = hw.rdtsc_ordered();
-        // The CPU re-check only where a migrated read could pair one CPU's
-        // TSC with another's map: a per-CPU map that the source does not
-        // order across CPUs (an ordered entry's map is every CPU's).
         let token = |ordered: bool| {
-            if owner.current(epoch)
-                && (!S::PER_CPU_MAP || ordered || fixed || hw.cpu_index() == cpu)
-            {
+            if owner.current(epoch) && still_paired::<S, M>(hw, cpu, fixed, ordered) {
                 load()
             } else {
                 None
@@ -602,6 +597,24 @@ impl ReadState<'_> {
             None => self.read_slow(hw, src, owner, epoch, cpu),
         }
     }
+}
+
+/// Whether a TSC value read on CPU `cpu` still pairs with the map an
+/// entry of source `S` holds, checked after the TSC read. The CPU is
+/// re-taken only where a migrated read could pair one CPU's TSC with
+/// another's map: a per-CPU map the source does not order across CPUs
+/// (an `ordered` entry's map is every CPU's) on an index that is not
+/// `fixed` for the whole read. The one copy of the rule: `clockhal`'s
+/// `Clock` calls it too.
+/// Interrupt-safe: yes (NMI too).
+#[inline(always)]
+pub fn still_paired<S: TscSource + ?Sized, M: ReadHw>(
+    hw: M,
+    cpu: usize,
+    fixed: bool,
+    ordered: bool,
+) -> bool {
+    !S::PER_CPU_MAP || ordered || fixed || hw.cpu_index() == cpu
 }
 
 /// A source's own timeline: its epoch, no offset, everything plausible.

@@ -12,6 +12,7 @@
 
 use super::{Clock, REVALIDATE_NS};
 use crate::{Demotion, SourceId};
+use clockhal_core::timeline::still_paired;
 use clockhal_core::{LastMap, MapMiss, MapNow, ReadState, Scale, TimelineOwner, TscSource};
 use clockhal_x86::{Hardware, Seam};
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
@@ -95,16 +96,11 @@ impl<H: Hardware + Clone> Clock<H> {
         };
         let rs = self.read_state();
         let hw = Seam(&self.hw);
-        // After the TSC read: that no switch began, that the reader still
-        // runs on `cpu` (a kernel that migrates threads mid-read gets a
-        // retry), and the source's token.
-        // The CPU re-check only for a per-CPU map the source does not order
-        // across CPUs (an ordered entry's map is every CPU's: a read that
-        // migrated pairs its TSC with an equal map).
+        // After the TSC read: that no switch began, that the value still
+        // pairs with the entry's map (a kernel that migrates threads
+        // mid-read gets a retry), and the source's token.
         let token = |ordered: bool| {
-            if self.state.load(Relaxed) == st
-                && (!M::PER_CPU_MAP || ordered || fixed || self.hw.cpu_index() == cpu)
-            {
+            if self.state.load(Relaxed) == st && still_paired::<M, _>(hw, cpu, fixed, ordered) {
                 m.token(cpu)
             } else {
                 None
