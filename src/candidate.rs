@@ -260,8 +260,9 @@ pub enum Demotion {
         /// Consecutive held reads.
         held_reads: u32,
     },
-    /// Run time: a supervised TSC went unsupervised (no watchdog tick for
-    /// longer than the supervision timeout).
+    /// Run time: a supervised TSC went unsupervised (no watchdog round
+    /// verified it for longer than the supervision timeout: the ticks
+    /// stopped, or no round could be judged).
     Unsupervised,
 }
 
@@ -285,7 +286,9 @@ impl fmt::Display for Demotion {
                 write!(f, "jumped {excess_ns} ns beyond the reference")
             }
             Demotion::Stuck { held_reads } => write!(f, "no fresh value in {held_reads} reads"),
-            Demotion::Unsupervised => f.write_str("supervised TSC without watchdog ticks"),
+            Demotion::Unsupervised => {
+                f.write_str("supervised TSC not verified by a watchdog round in time")
+            }
         }
     }
 }

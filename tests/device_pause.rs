@@ -127,7 +127,8 @@ fn a_supervised_tsc_read_right_after_an_unannounced_pause_stays_current() {
     // The runner's known gap on the rows without kvmclock: a 3 s pause
     // (longer than the 2 s supervision timeout) put the supervised TSC's
     // next reading past its deadline on the TSC alone; the read switched
-    // away ("supervised TSC without watchdog ticks"). The HPET says the
+    // away ("supervised TSC not verified by a watchdog round in time").
+    // The HPET says the
     // ticks did not stop that long: the deadline moves, the tick judges.
     let (m, c) = tsc_with_devices(false);
     m.advance(ms(100));

@@ -6,9 +6,12 @@
 //! uncertainty (the reference's own read-back delay, a few microseconds
 //! for an emulated HPET or PM timer, far more if the vCPU was descheduled).
 //! Linux's watchdog ignored this and demoted good TSCs in VMs because its
-//! HPET/PM reads were slow; this one discards rounds whose window exceeds
-//! [`WatchdogConfig::max_read_delay`] and counts the window in every
-//! comparison.
+//! HPET/PM reads were slow; this one counts the window in every
+//! comparison, and judges a round whose window exceeds
+//! [`WatchdogConfig::max_read_delay`] only over an interval long enough
+//! that the windows weigh no more than two fast rounds' over
+//! [`WatchdogConfig::min_interval`] (discarded until then: where every read
+//! traps slowly, every round is slow, and they are still judged).
 //!
 //! # Who is wrong
 //! Over the interval between two rounds (measured on the reference's
@@ -81,8 +84,9 @@ pub struct WatchdogConfig {
     /// A member off by at least this much (default 50,000 ppm = 5%) is at
     /// fault at once, without waiting for strikes.
     pub immediate_skew_ppm: u64,
-    /// Rounds whose reference read-back window is wider are discarded
-    /// (default 100 us).
+    /// A round whose reference read-back window is wider (default 100 us)
+    /// is slow: judged only over an interval of at least `min_interval`
+    /// per `max_read_delay` of the two windows' mean, discarded before.
     pub max_read_delay: Duration,
     /// Intervals shorter than this are not judged (default 100 ms): the
     /// read-back uncertainty would dominate.
@@ -343,6 +347,16 @@ pub struct Watchdog {
     pause_limit_ns: u64,
 }
 
+/// Whether an interval of `ref_ns` whose ends were read in windows of
+/// `base_ns` and `now_ns` is judged although one window is wider than
+/// `max_delay`: the windows' mean is at most `max_delay` per `min_ns` of
+/// interval, the bound two fast rounds `min_ns` apart keep (so the
+/// uncertainty counted against the members is never larger than theirs).
+fn slow_round_fits(base_ns: u64, now_ns: u64, ref_ns: u64, max_delay: u64, min_ns: u64) -> bool {
+    let mean = (base_ns as u128 + now_ns as u128) / 2;
+    ref_ns >= min_ns && mean * min_ns.max(1) as u128 <= max_delay as u128 * ref_ns as u128
+}
+
 /// Whether the interval looks like a pause of the guest's devices while
 /// the TSC ran on: the members that counted more than the others by more
 /// than the tolerance (`step_ppm`), and by at most `limit_ns`, are all TSC
@@ -478,10 +492,11 @@ impl Watchdog {
             return Judgement::only(Outcome::Discarded(Duration::MAX));
         };
         let window_ns = ref_scale.ticks_to_ns(window);
-        if window_ns > self.config.max_read_delay.as_nanos() {
-            return Judgement::only(Outcome::Discarded(Duration::from_nanos(window_ns)));
-        }
+        let max_delay = self.config.max_read_delay.as_nanos();
         let Some((base, _)) = self.base.filter(|(_, r)| *r == reference) else {
+            // The first round is the baseline even when slow: where every
+            // read is slow (a hypervisor that traps each instruction) no
+            // fast one comes.
             self.base = Some((*round, reference));
             return Judgement::only(Outcome::Started);
         };
@@ -491,6 +506,21 @@ impl Watchdog {
             Some(t) => (ref_scale.ticks_to_ns(t), false),
             None => (0, true),
         };
+        let base_window_ns = ref_scale.ticks_to_ns(base.window().width().unwrap_or(0));
+        if !ref_back
+            && (window_ns > max_delay || base_window_ns > max_delay)
+            && !slow_round_fits(base_window_ns, window_ns, ref_ns, max_delay, min_ns)
+        {
+            // A slow end of the interval: judged only once the interval is
+            // long enough that the windows weigh no more than two fast
+            // rounds' over `min_interval`. Until then the baseline stays,
+            // unless this round is fast and can replace a slow one.
+            if window_ns <= max_delay {
+                self.base = Some((*round, reference));
+                return Judgement::only(Outcome::Started);
+            }
+            return Judgement::only(Outcome::Discarded(Duration::from_nanos(window_ns)));
+        }
         let mut elapsed = [Elapsed::Missing; MAX_MEMBERS];
         for (i, e) in elapsed.iter_mut().enumerate() {
             if i == reference {
@@ -565,7 +595,6 @@ impl Watchdog {
         // Every rate as ppm of skew against the reference. Each end of the
         // interval is placed at its window's midpoint, off by at most half
         // that window.
-        let base_window_ns = ref_scale.ticks_to_ns(base.window().width().unwrap_or(0));
         let unc = ppm(((base_window_ns + window_ns) / 2) as i128, ref_ns).unsigned_abs();
         let mut skew = [None::<i64>; MAX_MEMBERS];
         let mut verdicts = [MemberVerdict::NotJudged; MAX_MEMBERS];
@@ -1032,6 +1061,91 @@ mod tests {
         }
     }
 
+    /// Rounds of a machine where every reference read is slow (300 us
+    /// windows, 250 ms ticks; this project's KVM host traps each guest
+    /// instruction): the rate of TSC ticks per HPET tick, and every
+    /// round's outcome.
+    fn slow_rounds(tsc_per_hpet_ppm: u64) -> std::vec::Vec<Judgement> {
+        let members = [
+            member(NS, CounterDomain::Tsc, true),
+            member(100_000_000, CounterDomain::Hpet, false),
+        ];
+        let mut w = Watchdog::new(&members, WatchdogConfig::default());
+        (0..8u64)
+            .map(|k| {
+                let r0 = k * 25_000_000;
+                let mut r = Round::new(r0, r0 + 30_000);
+                let t = (r0 + 15_000) * 10;
+                r.ticks[0] = Some(t + t / 1_000_000 * tsc_per_hpet_ppm);
+                w.check(&r, 1, 0, false)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn slow_rounds_are_judged_over_a_long_enough_interval() {
+        let good = slow_rounds(0);
+        assert_eq!(good[0].outcome, Outcome::Started);
+        // 300 us windows over 250 ms weigh more than 100 us over 100 ms.
+        assert_eq!(
+            good[1].outcome,
+            Outcome::Discarded(Duration::from_micros(300))
+        );
+        // Over 500 ms they do not: judged, and the good TSC passes.
+        for (k, j) in good.iter().enumerate().skip(2).step_by(2) {
+            assert!(
+                matches!(j.verdict(0), MemberVerdict::Ok { .. }),
+                "round {k}: {j:?}"
+            );
+        }
+        // A TSC off by 3000 ppm is still caught there: suspect in the
+        // first judged round, at fault on its strikes.
+        let bad = slow_rounds(3_000);
+        assert_eq!(
+            bad[1].outcome,
+            Outcome::Discarded(Duration::from_micros(300))
+        );
+        assert!(
+            matches!(
+                bad[2].verdict(0),
+                MemberVerdict::Suspect { skew_ppm: 3000, .. }
+            ),
+            "{:?}",
+            bad[2]
+        );
+        assert!(
+            matches!(
+                bad[4].verdict(0),
+                MemberVerdict::Faulty(Fault::Drift { .. })
+            ),
+            "{:?}",
+            bad[4]
+        );
+    }
+
+    #[test]
+    fn a_fast_round_replaces_a_slow_baseline() {
+        let members = [
+            member(NS, CounterDomain::Tsc, false),
+            member(100_000_000, CounterDomain::Hpet, false),
+        ];
+        let mut w = Watchdog::new(&members, WatchdogConfig::default());
+        let mut r = Round::new(0, 100_000); // a 1 ms window
+        r.ticks[0] = Some(500_000);
+        assert_eq!(w.check(&r, 1, 0, false).outcome, Outcome::Started);
+        // 100 ms later, a fast round: too soon against 1 ms, the new base.
+        let mut r = Round::new(10_000_000, 10_000_010);
+        r.ticks[0] = Some(100_000_050);
+        assert_eq!(w.check(&r, 1, 0, false).outcome, Outcome::Started);
+        // Judged against it 100 ms on (against the slow one it would be
+        // too soon: 1 ms needs 1 s).
+        let mut r = Round::new(20_000_000, 20_000_010);
+        r.ticks[0] = Some(200_000_050);
+        let j = w.check(&r, 1, 0, false);
+        assert_eq!(j.outcome, Outcome::Judged, "{j:?}");
+        assert!(matches!(j.verdict(0), MemberVerdict::Ok { .. }), "{j:?}");
+    }
+
     #[test]
     fn discards_backwards_and_stopped_members() {
         let members = [
@@ -1039,12 +1153,7 @@ mod tests {
             member(100_000_000, CounterDomain::Hpet, false),
         ];
         let mut w = Watchdog::new(&members, WatchdogConfig::default());
-        let mut r = Round::new(0, 100_000);
-        assert_eq!(
-            w.check(&r, 1, 0, false).outcome,
-            Outcome::Discarded(Duration::from_millis(1))
-        );
-        r = Round::new(0, 10);
+        let mut r = Round::new(0, 10);
         r.ticks[0] = Some(500);
         assert_eq!(w.check(&r, 1, 0, false).outcome, Outcome::Started);
         let mut r2 = Round::new(20_000_000, 20_000_010);

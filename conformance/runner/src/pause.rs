@@ -82,7 +82,7 @@ const NO_AREA: &str = "no kvmclock area to carry GUEST_STOPPED; the TSC counts t
 /// because ticks a loaded host starves for 2 s around the pause end the
 /// supervision for real, and whether the TSC is current at the stop
 /// depends on earlier ticks.
-const UNSUPERVISED: &str = "demoted: tsc: supervised TSC without watchdog ticks";
+const UNSUPERVISED: &str = "demoted: tsc: supervised TSC not verified by a watchdog round in time";
 
 /// The row's planned pause, if it has one: how it must be seen, why, and
 /// its known gap.
@@ -463,7 +463,7 @@ CHECK source=kvmclock name=pause status=pass value=169603 unit=ns detail=seen by
         let gap = RUN
             .replace(
                 "status=pass value=169603 unit=ns detail=seen by GUEST_STOPPED: clock +169603 ns, cycle counter +1996808011 ns (hold 2000 ms)",
-                "status=fail value=304004 unit=ns detail=the pause moved the clock from tsc to hpet (seen by the cycle counter only; now on hpet; demoted: tsc: supervised TSC without watchdog ticks)",
+                "status=fail value=304004 unit=ns detail=the pause moved the clock from tsc to hpet (seen by the cycle counter only; now on hpet; demoted: tsc: supervised TSC not verified by a watchdog round in time)",
             )
             .replace("1 passed, 0 failed", "0 passed, 1 failed");
         let v = violations(&outcome("kvm-kvm-off", &gap), Some(&held()));
