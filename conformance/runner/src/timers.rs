@@ -107,8 +107,9 @@ const TSC_DEADLINE_KVM: &str =
 const TSC_DEADLINE_WINS: &str =
     "TSC-deadline (150) outranks the LAPIC one-shot (100) and the HPET comparator (50)";
 const TSC_DEADLINE_SUPERVISED: &str = "a supervised TSC (no kvmclock): TSC-deadline runs where the clock \
-    reads the TSC when the timer checks start (the kernel ticks the watchdog until the source holds); \
-    where it reads the HPET there is no TSC map and the device is rejected with that reason";
+    reads the TSC when the timer checks start (the kernel ticks the watchdog until the source holds and \
+    a TSC demoted during the long trapping checks is re-admitted); where it still reads the HPET (the \
+    TSC's re-admissions spent) there is no TSC map and the device is rejected with that reason";
 const X2APIC_KVM: &str =
     "-cpu host offers x2APIC (CPUID.1:ECX[21]): the kernel switches the boot CPU to it, \
     so the LAPIC timers run through MSRs";

@@ -271,12 +271,26 @@ fn hpet_comparator(
 /// supervised TSC is not trusted meanwhile (the clock reads the HPET
 /// then, and TSC-deadline has no map to convert through). Tick every
 /// 250 ms, as an OS's timer would, until the clock's source held for four
-/// ticks (at most 4 s), so the selection below sees the clock as it runs.
+/// ticks and no candidate is out only for want of verification — clockhal
+/// re-admits such a candidate after [`clockhal::READMIT_ROUNDS`] agreeing
+/// rounds — so the selection below sees the clock as it runs. Waiting for
+/// a re-admission that does not come (its budget,
+/// [`clockhal::MAX_READMISSIONS`], spent) is given up after one try, and
+/// the reason shows in the line printed.
 fn settle(clock: &Clock<BootHw>) {
+    use core::sync::atomic::AtomicBool;
+    // Set once a wait for re-admission ran out: later calls do not wait.
+    static READMIT_IN_VAIN: AtomicBool = AtomicBool::new(false);
+    let wait_readmit = !READMIT_IN_VAIN.load(Ordering::Relaxed);
+    // One round starts the comparison, READMIT_ROUNDS agree, one selects;
+    // twice that in case a round was a pause.
+    let max_ticks = 4 + 2 * (clockhal::READMIT_ROUNDS + 2);
     let mut last = clock.source_name();
     let mut held = 0;
-    for _ in 0..16 {
-        if held >= 4 {
+    let mut waiting = false;
+    for _ in 0..max_ticks {
+        waiting = wait_readmit && unsupervised(clock).is_some();
+        if held >= 4 && !waiting {
             break;
         }
         let _ = clock.spin_for(WATCHDOG_EVERY);
@@ -285,7 +299,34 @@ fn settle(clock: &Clock<BootHw>) {
         held = if now == last { held + 1 } else { 0 };
         last = now;
     }
-    println!("kernel: timers: clock on {last} (held {held} watchdog ticks)");
+    match unsupervised(clock) {
+        Some(name) => {
+            if waiting {
+                READMIT_IN_VAIN.store(true, Ordering::Relaxed);
+            }
+            println!(
+                "kernel: timers: clock on {last} (held {held} watchdog ticks); \
+                 {name} still out, unverified, after {max_ticks} ticks"
+            );
+        }
+        None => println!("kernel: timers: clock on {last} (held {held} watchdog ticks)"),
+    }
+}
+
+/// The name of a candidate demoted only because no watchdog round
+/// verified it in time (no ticks, or none judged).
+fn unsupervised(clock: &Clock<BootHw>) -> Option<&'static str> {
+    let report = clock.report();
+    let found = report.candidates().find(|c| {
+        matches!(
+            c.verdict,
+            clockhal::Verdict::Demoted {
+                reason: clockhal::Demotion::Unsupervised,
+                ..
+            }
+        )
+    });
+    found.map(|c| c.name)
 }
 
 /// A device whose reach is capped (the long-deadline check's setting), so
