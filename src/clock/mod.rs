@@ -232,6 +232,12 @@ impl<H: Hardware + Clone> Drop for Clock<H> {
 }
 
 impl<H: Hardware + Clone> Clock<H> {
+    /// The machine's TSC rate as a scale (ticks to ns): what measures
+    /// gaps and windows between other counters' reads.
+    pub(crate) fn tsc_scale(&self) -> Option<Scale> {
+        self.scale_of(SourceId::Tsc.index())
+    }
+
     /// Source `i`'s scale (ticks to ns) now.
     pub(crate) fn scale_of(&self, i: usize) -> Option<Scale> {
         match self.tsc_scale.get() {
@@ -584,7 +590,7 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Whether `id` is a TSC that is correct only under supervision.
     fn is_supervised(&self, id: SourceId) -> bool {
-        id == SourceId::Tsc && self.backends.tsc_supervised()
+        self.backends.supervised(id)
     }
 
     /// Whether the current source is kept only while the watchdog runs.

@@ -205,11 +205,9 @@ impl<H: Hardware + Clone> Clock<H> {
         i: usize,
         src: &dyn clockhal_core::ClockSource,
     ) -> Option<u64> {
-        let (Some(interval), Some(tsc_scale), Some(scale)) = (
-            src.max_read_interval(),
-            self.scale_of(SourceId::Tsc.index()),
-            self.scale_of(i),
-        ) else {
+        let (Some(interval), Some(tsc_scale), Some(scale)) =
+            (src.max_read_interval(), self.tsc_scale(), self.scale_of(i))
+        else {
             // No witness: a gap is at most found, and counted.
             let r = src.read_near(None);
             self.note_unmeasured_gap(!r.current);

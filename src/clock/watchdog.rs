@@ -450,7 +450,7 @@ impl<H: Hardware + Clone> Clock<H> {
         // Two CPUs' TSCs measure a gap only where they agree.
         let same_tsc = then_cpu == cpu || self.tscs_agree();
         let by_tsc = self
-            .scale_of(SourceId::Tsc.index())
+            .tsc_scale()
             .filter(|_| same_tsc)
             .map(|s| s.ticks_to_ns(tsc.saturating_sub(then_tsc)));
         let by_wide = match (then_wide, wide) {
@@ -491,7 +491,7 @@ impl<H: Hardware + Clone> Clock<H> {
         ids: &[Option<SourceId>],
         sources: &crate::candidate::Sources<'_>,
     ) -> bool {
-        let Some(tsc_scale) = self.scale_of(SourceId::Tsc.index()) else {
+        let Some(tsc_scale) = self.tsc_scale() else {
             return false;
         };
         let took_ns = tsc_scale.ticks_to_ns(until.saturating_sub(since));
@@ -545,7 +545,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(g) = gap_ns.or(by_timeline) else {
             return;
         };
-        let tsc_scale = self.scale_of(SourceId::Tsc.index());
+        let tsc_scale = self.tsc_scale();
         for id in ids.iter().flatten().copied().filter(|id| *id != cur) {
             let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
                 continue;
@@ -611,11 +611,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Whether `id`'s correctness rests on an unverified claim (a
     /// supervised TSC, a rate clockhal estimated, an OS-supplied source).
     pub(crate) fn conditional(&self, id: SourceId) -> bool {
-        match id {
-            SourceId::Tsc => self.backends.tsc_conditional(),
-            SourceId::Extra => true,
-            _ => false,
-        }
+        self.backends.conditional(id)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -740,7 +736,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// where the TSCs are not known to agree (a device is one counter for
     /// all; kvmclock and the Hyper-V page correct each CPU's TSC).
     pub(super) fn compares_across_cpus(&self, id: SourceId) -> bool {
-        id != SourceId::Tsc || self.tscs_agree()
+        !self.backends.raw_tsc(id) || self.tscs_agree()
     }
 
     /// A reading `v` above the ceiling: does the anchor's reference say

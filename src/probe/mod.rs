@@ -148,6 +148,11 @@ pub(crate) trait Backend {
     fn conditional(&self) -> bool {
         false
     }
+    /// Its readings are each CPU's own TSC, uncorrected: they compare
+    /// across CPUs only where the TSCs agree.
+    fn raw_tsc(&self) -> bool {
+        false
+    }
     /// A TSC whose CPUs are known to be out of step.
     fn out_of_step(&self) -> bool {
         false
@@ -322,14 +327,36 @@ impl<H: Hardware + Clone> Backends<H> {
         self.tsc_source(id).is_none_or(|m| m.dyn_serves(cpu))
     }
 
-    /// The TSC is current only under supervision.
-    pub(crate) fn tsc_supervised(&self) -> bool {
-        self.tsc.as_ref().is_some_and(Backend::supervised)
+    /// The backend that provides `id` (none for the OS's own source).
+    fn backend_of(&self, id: SourceId) -> Option<&dyn Backend> {
+        let mut found = None;
+        self.each(|b| {
+            let mut s: Sources<'_> = [None; MAX_CANDIDATES];
+            b.sources(&mut s);
+            if found.is_none() && s[id.index()].is_some() {
+                found = Some(b);
+            }
+        });
+        found
     }
 
-    /// The TSC's correctness rests on an unverified claim.
-    pub(crate) fn tsc_conditional(&self) -> bool {
-        self.tsc.as_ref().is_some_and(Backend::conditional)
+    /// `id` is correct only under the watchdog's supervision.
+    pub(crate) fn supervised(&self, id: SourceId) -> bool {
+        self.backend_of(id).is_some_and(Backend::supervised)
+    }
+
+    /// `id` reads each CPU's own TSC uncorrected ([`Backend::raw_tsc`]).
+    pub(crate) fn raw_tsc(&self, id: SourceId) -> bool {
+        self.backend_of(id).is_some_and(Backend::raw_tsc)
+    }
+
+    /// `id`'s correctness rests on an unverified claim ([`Backend::conditional`]);
+    /// an OS-supplied source's always does (nothing here vouches for it).
+    pub(crate) fn conditional(&self, id: SourceId) -> bool {
+        match self.backend_of(id) {
+            Some(b) => b.conditional(),
+            None => self.source(id).is_some(),
+        }
     }
 
     /// The TSC's CPUs are known to be out of step.

@@ -205,6 +205,9 @@ mod enabled {
         fn conditional(&self) -> bool {
             Tsc::supervised(self) || self.provenance().uncertainty_ppm().is_some()
         }
+        fn raw_tsc(&self) -> bool {
+            true
+        }
         fn out_of_step(&self) -> bool {
             matches!(self.sync(), clockhal_tsc::SyncStatus::Unsynchronized { .. })
         }
