@@ -55,7 +55,8 @@
 //! step back to it (a `ClockReader` keeps its own last value).
 
 use super::Clock;
-use crate::{SourceId, Verdict};
+use crate::probe::PageExport;
+use crate::Verdict;
 use clockhal_core::Stability;
 use clockhal_user::{AskReason, PageSource, PageUpdate, Publication, TscScale};
 use clockhal_x86::Hardware;
@@ -104,8 +105,8 @@ impl<H: Hardware + Clone> Clock<H> {
             .source(id)
             .is_some_and(|s| s.stability().contains(Stability::MONOTONIC_ACROSS_CPUS));
         let offset = self.offsets[i].load(Ordering::Acquire);
-        let source = match id {
-            SourceId::Tsc if ordered => {
+        let source = match self.backends.page_export(id, ordered) {
+            Some(PageExport::Tsc) => {
                 let scale = self.scale_of(i).and_then(|s| {
                     TscScale::from_hz(s.frequency().numerator(), s.frequency().denominator())
                 });
@@ -117,17 +118,13 @@ impl<H: Hardware + Clone> Clock<H> {
                     None => PageSource::AskKernel(AskReason::NotUserReadable),
                 }
             }
-            SourceId::Kvmclock if ordered && self.kvmclock_stable() => PageSource::Pvclock {
+            Some(PageExport::Pvclock) => PageSource::Pvclock {
                 area: 0,
                 offset_ns: offset,
             },
-            SourceId::HypervPage if ordered && self.backends.hyperv_page_ordered() => {
-                PageSource::HypervPage { offset_ns: offset }
-            }
-            SourceId::Tsc | SourceId::Kvmclock | SourceId::HypervPage => {
-                PageSource::AskKernel(AskReason::PerCpuOnly)
-            }
-            _ => PageSource::AskKernel(AskReason::NotUserReadable),
+            Some(PageExport::HypervPage) => PageSource::HypervPage { offset_ns: offset },
+            Some(PageExport::PerCpuOnly) => PageSource::AskKernel(AskReason::PerCpuOnly),
+            None => PageSource::AskKernel(AskReason::NotUserReadable),
         };
         let usable = matches!(
             self.report.lock().get(id).map(|c| c.verdict),
@@ -170,18 +167,5 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         let ns = self.now_ns();
         (self.hw.rdtsc_ordered(), ns)
-    }
-
-    /// kvmclock orders readings across CPUs by a trusted stable bit (what
-    /// a user program reading one area relies on).
-    fn kvmclock_stable(&self) -> bool {
-        #[cfg(feature = "kvmclock")]
-        {
-            self.backends.kvmclock.as_ref().is_some_and(|k| k.stable())
-        }
-        #[cfg(not(feature = "kvmclock"))]
-        {
-            false
-        }
     }
 }

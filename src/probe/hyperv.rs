@@ -3,7 +3,7 @@
 #[cfg(feature = "hyperv")]
 mod enabled {
     use crate::candidate::{Sources, TscSources};
-    use crate::probe::{Backend, Cx, Probe, TscHints};
+    use crate::probe::{Backend, Cx, PageExport, Probe, TscHints};
     use crate::{Note, Rejection, SourceId};
     use clockhal_hyperv::{Hyperv, HypervConfig, HypervPageClock, PageError};
     use clockhal_x86::Hardware;
@@ -53,11 +53,6 @@ mod enabled {
         pub(crate) fn hyperv_page_mapped(&self) -> Option<&HypervPageClock<H>> {
             self.hyperv.as_ref().and_then(|h| h.page())
         }
-
-        /// The page's readings rest on the hypervisor's cross-CPU order.
-        pub(crate) fn hyperv_page_ordered(&self) -> bool {
-            self.hyperv_page_mapped().is_some_and(|p| p.ordered())
-        }
     }
 
     impl<H: Hardware> Backend for Hyperv<H> {
@@ -67,6 +62,14 @@ mod enabled {
         }
         fn tsc_sources<'a>(&'a self, out: &mut TscSources<'a>) {
             out[SourceId::HypervPage.index()] = self.page().map(|p| p as _);
+        }
+        fn page_export(&self, id: SourceId, ordered: bool) -> Option<PageExport> {
+            let page = self.page().filter(|_| id == SourceId::HypervPage)?;
+            Some(if ordered && page.ordered() {
+                PageExport::HypervPage
+            } else {
+                PageExport::PerCpuOnly
+            })
         }
         fn tsc_hint(&self, hints: &mut TscHints) {
             if let Some(f) = self.tsc_frequency() {
@@ -104,11 +107,6 @@ mod enabled {
         #[inline(always)]
         pub(crate) fn hyperv_page_mapped(&self) -> Option<&HypervBackend<H>> {
             None
-        }
-
-        /// The page's readings rest on the hypervisor's order: no page.
-        pub(crate) fn hyperv_page_ordered(&self) -> bool {
-            false
         }
     }
 }

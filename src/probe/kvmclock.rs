@@ -3,7 +3,7 @@
 #[cfg(feature = "kvmclock")]
 mod enabled {
     use crate::candidate::{Sources, TscSources};
-    use crate::probe::{Backend, Cx, Probe, TscHints};
+    use crate::probe::{Backend, Cx, PageExport, Probe, TscHints};
     use crate::{CpuError, Note, Rejection, SourceId};
     use clockhal_kvmclock::{Kvmclock, KvmclockConfig};
     use clockhal_x86::Hardware;
@@ -60,6 +60,15 @@ mod enabled {
         }
         fn tsc_sources<'a>(&'a self, out: &mut TscSources<'a>) {
             out[SourceId::Kvmclock.index()] = Some(self);
+        }
+        fn page_export(&self, _: SourceId, ordered: bool) -> Option<PageExport> {
+            // One area for every program: only a trusted stable bit orders
+            // its readings across CPUs.
+            Some(if ordered && self.stable() {
+                PageExport::Pvclock
+            } else {
+                PageExport::PerCpuOnly
+            })
         }
         fn tsc_hint(&self, hints: &mut TscHints) {
             if let Some(f) = self.tsc_frequency() {

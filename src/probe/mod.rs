@@ -162,12 +162,34 @@ pub(crate) trait Backend {
     fn epoch(&self) -> u32 {
         0
     }
+    /// How a user program reads `id` (one of its sources) from the clock
+    /// page while it is current; `ordered`: its readings are ordered
+    /// across CPUs. `None`: not user-readable.
+    fn page_export(&self, id: SourceId, ordered: bool) -> Option<PageExport> {
+        let _ = (id, ordered);
+        None
+    }
     /// As a calibration reference: reads so far that may have lost a wrap
     /// of its counter (a running count; the PIT's 54.9 ms).
     #[cfg_attr(not(feature = "tsc"), allow(dead_code))]
     fn reference_overruns(&self) -> u64 {
         0
     }
+}
+
+/// How the clock page serves a TSC-based source ([`Backend::page_export`]).
+#[allow(dead_code)] // each variant is one backend's, behind its feature
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PageExport {
+    /// The TSC through the clock's own map of it.
+    Tsc,
+    /// The pvclock area user programs read (kvmclock's, stable).
+    Pvclock,
+    /// The Hyper-V reference TSC page.
+    HypervPage,
+    /// User-readable on each CPU but not ordered across them: the page
+    /// tells programs to ask the kernel.
+    PerCpuOnly,
 }
 
 /// How a backend is probed.
@@ -343,6 +365,11 @@ impl<H: Hardware + Clone> Backends<H> {
     /// `id` is correct only under the watchdog's supervision.
     pub(crate) fn supervised(&self, id: SourceId) -> bool {
         self.backend_of(id).is_some_and(Backend::supervised)
+    }
+
+    /// How the clock page serves `id` ([`Backend::page_export`]).
+    pub(crate) fn page_export(&self, id: SourceId, ordered: bool) -> Option<PageExport> {
+        self.backend_of(id)?.page_export(id, ordered)
     }
 
     /// `id` reads each CPU's own TSC uncorrected ([`Backend::raw_tsc`]).

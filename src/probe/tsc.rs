@@ -3,7 +3,7 @@
 #[cfg(feature = "tsc")]
 mod enabled {
     use crate::candidate::{Sources, TscSources};
-    use crate::probe::{Backend, Cx};
+    use crate::probe::{Backend, Cx, PageExport};
     use crate::{CpuError, Note, Rejection, SourceId};
     use clockhal_core::{ClockSource, Frequency};
     use clockhal_tsc::{RateProvenance, Tsc, TscError, TscOptions, SUPERVISED_MAX_UNCERTAINTY_PPM};
@@ -204,6 +204,13 @@ mod enabled {
         }
         fn conditional(&self) -> bool {
             Tsc::supervised(self) || self.provenance().uncertainty_ppm().is_some()
+        }
+        fn page_export(&self, _: SourceId, ordered: bool) -> Option<PageExport> {
+            Some(if ordered {
+                PageExport::Tsc
+            } else {
+                PageExport::PerCpuOnly
+            })
         }
         fn raw_tsc(&self) -> bool {
             true
