@@ -453,7 +453,10 @@ impl<'a> Platform<'a> {
     /// (kvmclock itself hides it). One the host does not announce (QEMU's
     /// stop/cont without kvmclock: the devices freeze, the TSC counts on)
     /// is taken for a pause by the watchdog up to this bound, and beyond
-    /// it looks like a jump of the raw TSC.
+    /// it looks like a jump of the raw TSC. A counter that does not count
+    /// at all (read again for up to 100 µs) witnesses nothing: it is
+    /// demoted as stopped, so no switch lands on it, and the reading is
+    /// taken as where no such counter exists.
     /// Interrupt-safe: yes.
     pub fn max_jump(mut self, d: clockhal_core::Duration) -> Self {
         self.max_jump = d;

@@ -13,7 +13,7 @@
 use super::Clock;
 use crate::{Demotion, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::{
-    CounterDomain, Judgement, Member, MemberVerdict, Outcome, Round, Stability, Watchdog,
+    CounterDomain, Fault, Judgement, Member, MemberVerdict, Outcome, Round, Stability, Watchdog,
     MAX_MEMBERS,
 };
 use clockhal_x86::Hardware;
@@ -153,6 +153,13 @@ pub enum WatchdogEvent {
 }
 
 pub(crate) use super::readmit::can_be_member;
+
+/// Reads of the jump check's anchor device that decide it stopped, at
+/// most, and the TSC time they may take ([`Clock::anchor_counting`]): a
+/// 10 MHz counter (the Hyper-V MSR's, the slowest wide one) ticks 1,000
+/// times in it.
+const ALIVE_READS: u32 = 64;
+const ALIVE_WAIT_NS: u64 = 100_000;
 
 /// What the jump check's anchor device counted since the anchor.
 enum Elapsed {
@@ -748,7 +755,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// independent counter the reading is taken, and the ceiling moves.
     pub(crate) fn verify_jump(&self, v: u64, origin: Option<SourceId>) -> Result<(), Option<u64>> {
         let max_jump = self.settings.max_jump.as_nanos();
-        let Some(st) = self.watchdog.try_lock() else {
+        let Some(mut st) = self.watchdog.try_lock() else {
             return Err(None);
         };
         let Some((then, id, ticks)) = st.anchor else {
@@ -769,13 +776,16 @@ impl<H: Hardware + Clone> Clock<H> {
             .saturating_add(ref_ns / 100)
             .saturating_add(1_000_000_000);
         let claimed = v.saturating_sub(then);
-        drop(st);
-        if claimed <= allowed {
-            self.raise_ceiling(v.saturating_add(max_jump));
-            Ok(())
-        } else {
-            Err(Some(claimed - allowed))
+        if claimed > allowed && self.anchor_counting(id) {
+            return Err(Some(claimed - allowed));
         }
+        if claimed > allowed {
+            // No witness left: as without an anchor.
+            self.anchor_stopped(&mut st, id);
+        }
+        drop(st);
+        self.raise_ceiling(v.saturating_add(max_jump));
+        Ok(())
     }
 
     /// A supervised TSC's reading `v` is past its deadline: did the ticks
@@ -787,9 +797,9 @@ impl<H: Hardware + Clone> Clock<H> {
     /// by what the devices did not see (at most `max_jump`), and the next
     /// tick judges the TSC. `true`: past it (the ticks stopped, nothing
     /// can tell, or the TSC ran further than a pause explains).
-    /// Interrupt-safe: yes (try-lock; one device read).
+    /// Interrupt-safe: yes (try-lock; bounded device reads).
     pub(crate) fn deadline_passed(&self, v: u64) -> bool {
-        let Some(st) = self.watchdog.try_lock() else {
+        let Some(mut st) = self.watchdog.try_lock() else {
             // A tick is running: ticks have not stopped.
             return false;
         };
@@ -799,7 +809,6 @@ impl<H: Hardware + Clone> Clock<H> {
         let Elapsed::Ns(device_ns) = self.anchor_elapsed(id, ticks) else {
             return true;
         };
-        drop(st);
         let timeout = self.settings.supervision_timeout.as_nanos();
         let base = self
             .deadline
@@ -808,7 +817,15 @@ impl<H: Hardware + Clone> Clock<H> {
         // The devices' time since the deadline's base, and the TSC's.
         let devices = device_ns.saturating_sub(base.saturating_sub(then));
         let tsc = v.saturating_sub(base);
-        if devices >= timeout || tsc.saturating_sub(devices) > self.settings.max_jump.as_nanos() {
+        if devices >= timeout {
+            return true;
+        }
+        if tsc.saturating_sub(devices) > self.settings.max_jump.as_nanos() {
+            // Unverified either way; a stopped device must not be where
+            // the clock goes next.
+            if !self.anchor_counting(id) {
+                self.anchor_stopped(&mut st, id);
+            }
             return true;
         }
         self.deadline
@@ -827,6 +844,46 @@ impl<H: Hardware + Clone> Clock<H> {
             Some(d) => Elapsed::Ns(scale.ticks_to_ns(d)),
             None => Elapsed::Back,
         }
+    }
+
+    /// Whether the anchor's device `id`, which counted less than the
+    /// current source claims, is counting at all: its reading changes
+    /// within 100 µs by the TSC (at most [`ALIVE_READS`] reads). One that
+    /// stopped witnesses nothing: it is [`anchor_stopped`](Self::anchor_stopped).
+    /// Without a TSC rate to bound the wait it is taken as counting.
+    /// Interrupt-safe: yes (bounded device reads).
+    #[cold]
+    fn anchor_counting(&self, id: SourceId) -> bool {
+        let (Some(src), Some(tsc)) = (self.backends.source(id), self.tsc_scale()) else {
+            return true;
+        };
+        let (first, start) = (src.read(), self.hw.rdtsc());
+        for _ in 0..ALIVE_READS {
+            if src.read() != first {
+                return true;
+            }
+            if tsc.ticks_to_ns(self.hw.rdtsc().wrapping_sub(start)) >= ALIVE_WAIT_NS {
+                break;
+            }
+        }
+        false
+    }
+
+    /// The anchor's device `id` stopped: it can neither confirm nor refute
+    /// a reading, and no switch may land on it (a stopped clock). Demoted
+    /// as the watchdog would have, and the anchor dropped until a round
+    /// sets a new one.
+    #[cold]
+    fn anchor_stopped(&self, st: &mut State, id: SourceId) {
+        st.anchor = None;
+        let against = self.source_id();
+        self.demote(
+            id,
+            Demotion::Watchdog {
+                fault: Fault::Stopped,
+                against,
+            },
+        );
     }
 
     /// Sets the jump check's first anchor when the clock is built: the
