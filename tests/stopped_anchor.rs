@@ -5,7 +5,7 @@
 //! counted nothing. A counter that did not move at all in seconds is
 //! stopped, not a witness that no time passed: the honest source is
 //! not demoted for it, the clock does not move onto the stopped counter,
-//! and no time is lost.
+//! and no time is lost; nor for one that counts back (a reset).
 mod adversarial;
 
 use adversarial::*;
@@ -85,6 +85,32 @@ fn a_supervised_tsc_without_ticks_does_not_move_onto_a_stopped_anchor() {
     );
     assert!(
         near(moved, truth, ms(1_000)),
+        "now() moved {moved} ns over {truth} ns\n{}",
+        report.table()
+    );
+}
+
+#[test]
+fn an_anchor_that_counts_back_convicts_no_honest_tsc() {
+    // An HPET reset (or stepped back by garbage) behind the clock's back.
+    // Its reads hold until it passes its old count (never behind it): the
+    // anchor sees a pause, within the jump check's tolerance, not time
+    // that did not pass.
+    let (m, c) = tsc_with_devices(true);
+    m.with_hpet(|h, ctx| {
+        let back = h.counter(ctx) / 2;
+        h.jump(ctx, back.wrapping_neg())
+    });
+    let (moved, truth) = no_ticks_for_30_s(m, &c);
+    let report = c.report();
+    assert_eq!(c.source_id(), SourceId::Tsc, "{}", report.table());
+    assert!(
+        report.get(SourceId::Tsc).unwrap().is_eligible(),
+        "{}",
+        report.table()
+    );
+    assert!(
+        near(moved, truth, ms(10)),
         "now() moved {moved} ns over {truth} ns\n{}",
         report.table()
     );

@@ -10,6 +10,7 @@
 //! each tick also keeps every software-extended counter fed: an OS that
 //! ticks at the documented period and otherwise idles loses no wrap.
 
+use super::read::BEFORE_ZERO;
 use super::Clock;
 use crate::{Demotion, SourceId, Verdict, MAX_CANDIDATES};
 use clockhal_core::{
@@ -166,7 +167,7 @@ enum Elapsed {
     Ns(u64),
     /// The device or its scale is gone.
     NoDevice,
-    /// It counted back (reset, or garbage): no answer now.
+    /// It counted back (reset, or garbage): it witnesses nothing.
     Back,
 }
 
@@ -770,7 +771,14 @@ impl<H: Hardware + Clone> Clock<H> {
         let ref_ns = match self.anchor_elapsed(id, ticks) {
             Elapsed::Ns(ns) => ns,
             Elapsed::NoDevice => return Ok(()),
-            Elapsed::Back => return Err(None),
+            Elapsed::Back => {
+                // A witness that went back can convict no one: the
+                // reading is taken as without an anchor.
+                self.anchor_failed(&mut st, id, Fault::SteppedBack);
+                drop(st);
+                self.raise_ceiling(v.saturating_add(max_jump));
+                return Ok(());
+            }
         };
         let allowed = ref_ns
             .saturating_add(ref_ns / 100)
@@ -781,7 +789,7 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         if claimed > allowed {
             // No witness left: as without an anchor.
-            self.anchor_stopped(&mut st, id);
+            self.anchor_failed(&mut st, id, Fault::Stopped);
         }
         drop(st);
         self.raise_ceiling(v.saturating_add(max_jump));
@@ -806,8 +814,13 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some((then, id, ticks)) = st.anchor else {
             return true;
         };
-        let Elapsed::Ns(device_ns) = self.anchor_elapsed(id, ticks) else {
-            return true;
+        let device_ns = match self.anchor_elapsed(id, ticks) {
+            Elapsed::Ns(ns) => ns,
+            Elapsed::NoDevice => return true,
+            Elapsed::Back => {
+                self.anchor_failed(&mut st, id, Fault::SteppedBack);
+                return true;
+            }
         };
         let timeout = self.settings.supervision_timeout.as_nanos();
         let base = self
@@ -824,7 +837,7 @@ impl<H: Hardware + Clone> Clock<H> {
             // Unverified either way; a stopped device must not be where
             // the clock goes next.
             if !self.anchor_counting(id) {
-                self.anchor_stopped(&mut st, id);
+                self.anchor_failed(&mut st, id, Fault::Stopped);
             }
             return true;
         }
@@ -834,22 +847,28 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// The ns the anchor's device `id` counted since its reading `ticks`
-    /// (the jump check's and the supervision deadline's one question).
+    /// (the jump check's, the supervision deadline's and `trusted_now`'s
+    /// one question). A 64-bit counter left near 2^64 (a hostile or
+    /// long-running HPET) wraps to small values: that is forward, by the
+    /// wrapping difference; only a difference past half the range is a
+    /// count back.
     /// Interrupt-safe: yes (one device read).
     fn anchor_elapsed(&self, id: SourceId, ticks: u64) -> Elapsed {
         let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
             return Elapsed::NoDevice;
         };
-        match src.read().checked_sub(ticks) {
-            Some(d) => Elapsed::Ns(scale.ticks_to_ns(d)),
-            None => Elapsed::Back,
+        let d = src.read().wrapping_sub(ticks);
+        if d > BEFORE_ZERO {
+            Elapsed::Back
+        } else {
+            Elapsed::Ns(scale.ticks_to_ns(d))
         }
     }
 
     /// Whether the anchor's device `id`, which counted less than the
     /// current source claims, is counting at all: its reading changes
     /// within 100 µs by the TSC (at most [`ALIVE_READS`] reads). One that
-    /// stopped witnesses nothing: it is [`anchor_stopped`](Self::anchor_stopped).
+    /// stopped witnesses nothing: it is [`anchor_failed`](Self::anchor_failed).
     /// Without a TSC rate to bound the wait it is taken as counting.
     /// Interrupt-safe: yes (bounded device reads).
     #[cold]
@@ -869,21 +888,15 @@ impl<H: Hardware + Clone> Clock<H> {
         false
     }
 
-    /// The anchor's device `id` stopped: it can neither confirm nor refute
-    /// a reading, and no switch may land on it (a stopped clock). Demoted
-    /// as the watchdog would have, and the anchor dropped until a round
-    /// sets a new one.
+    /// The anchor's device `id` stopped or counted back (`fault`): it can
+    /// neither confirm nor refute a reading, and no switch may land on it.
+    /// Demoted as the watchdog would have, and the anchor dropped until a
+    /// round sets a new one.
     #[cold]
-    fn anchor_stopped(&self, st: &mut State, id: SourceId) {
+    fn anchor_failed(&self, st: &mut State, id: SourceId, fault: Fault) {
         st.anchor = None;
         let against = self.source_id();
-        self.demote(
-            id,
-            Demotion::Watchdog {
-                fault: Fault::Stopped,
-                against,
-            },
-        );
+        self.demote(id, Demotion::Watchdog { fault, against });
     }
 
     /// Sets the jump check's first anchor when the clock is built: the
@@ -1017,12 +1030,9 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some((then, id, ticks)) = st.anchor else {
             return high;
         };
-        let (Some(src), Some(scale)) = (self.backends.source(id), self.scale_of(id.index())) else {
-            return high;
-        };
-        match src.read().checked_sub(ticks) {
-            Some(d) => high.max(then.saturating_add(scale.ticks_to_ns(d))),
-            None => high,
+        match self.anchor_elapsed(id, ticks) {
+            Elapsed::Ns(ns) => high.max(then.saturating_add(ns)),
+            Elapsed::NoDevice | Elapsed::Back => high,
         }
     }
 }
