@@ -22,7 +22,7 @@ use clockhal_sim::{HpetConfig, SimConfig, SimMachine};
 
 mod adversarial;
 
-use adversarial::{bad, clock, clock_with, leak, ms, SimClock};
+use adversarial::{bad, clock, clock_with, leak, ms, race, CrossCpu, SimClock};
 
 /// A 2 GHz machine with a 32-bit HPET at 100 MHz (a wrap every 42.9 s)
 /// and the PM timer (24 bits, 4.7 s): the software-extended counters whose
@@ -308,6 +308,90 @@ fn a_tsc_that_jumps_an_hour_adds_no_wrap_to_an_honest_pm_timer() {
             clockhal::Verdict::Demoted { .. }
         ),
         "{}",
+        c.report().table()
+    );
+}
+
+/// The PM timer current on two CPUs whose TSCs are not known to agree;
+/// CPU 0's TSC steps 5 s ahead (a hypervisor's TSC offset change), 1.07
+/// PM timer wraps: the reads that follow on either CPU, 100 ms and more
+/// later, see 100 ms and more, not a wrap that never happened. Held
+/// readings are allowed (until the gap measure settles), time ahead of
+/// the truth is not.
+fn a_stepped_tsc_and_the_current_pm_timer(readers: &[usize]) {
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_invariant_tsc(false)
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .with_cpus(2, &[0, 0])
+            .build(),
+    );
+    let (c, _) = clock(m);
+    c.force(SourceId::AcpiPm).unwrap();
+    let origin = m.now_ns() - c.now().as_nanos();
+    for &cpu in readers {
+        m.on_cpu(cpu, || c.now());
+    }
+    m.step_tsc(Some(0), 5 * m.config().tsc_hz as i64);
+    let mut last = 0;
+    for i in 0..100 {
+        m.advance(ms(100));
+        for &cpu in readers {
+            let t = m.on_cpu(cpu, || c.now().as_nanos());
+            let truth = m.now_ns() - origin;
+            assert!(t >= last, "read {i} on CPU {cpu}: back {last} -> {t}");
+            assert!(
+                t <= truth + ms(1),
+                "read {i} on CPU {cpu}: {} ms ahead of the truth\n{}",
+                (t - truth) / 1_000_000,
+                c.report().table()
+            );
+            last = t;
+        }
+    }
+    let truth = m.now_ns() - origin;
+    assert!(
+        truth - last < ms(1_000),
+        "{last} ns for {truth} ns\n{}",
+        c.report().table()
+    );
+}
+
+#[test]
+fn a_stepped_tsc_puts_no_phantom_wrap_into_the_current_pm_timer() {
+    a_stepped_tsc_and_the_current_pm_timer(&[0]);
+    a_stepped_tsc_and_the_current_pm_timer(&[1, 0]);
+}
+
+#[test]
+fn a_stepped_tsc_puts_no_phantom_wrap_under_racing_readers() {
+    // The same with reader threads on both CPUs while CPU 0's TSC steps:
+    // no reading on either is ever more than 10 ms ahead of the truth.
+    let m = leak(
+        SimConfig::cpu(2_000_000_000)
+            .with_invariant_tsc(false)
+            .with_pm_timer(clockhal_sim::PmTimerConfig::default())
+            .with_cpus(2, &[0, 0])
+            .build(),
+    );
+    let (c, _) = clock(m);
+    c.force(SourceId::AcpiPm).unwrap();
+    let origin = m.now_ns() - c.now().as_nanos();
+    race(&c, m, &[0, 1], true, |readers| {
+        readers.cross_cpu(CrossCpu::Unchecked);
+        readers.future_slack(Some(ms(10)));
+        readers.wait(20);
+        m.step_tsc(Some(0), 5 * m.config().tsc_hz as i64);
+        for _ in 0..100 {
+            m.advance(ms(100));
+            readers.wait(20);
+        }
+    });
+    let truth = m.now_ns() - origin;
+    let t = c.now().as_nanos();
+    assert!(
+        t <= truth + ms(1) && truth.saturating_sub(t) < ms(1_000),
+        "{t} ns for {truth} ns\n{}",
         c.report().table()
     );
 }

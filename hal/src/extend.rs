@@ -12,6 +12,34 @@ pub struct Extended {
     pub current: bool,
 }
 
+/// Where an independent counter puts a software-extended counter's count
+/// now ([`WrapExtender::extend_near`]): `ticks`, on the scale of the
+/// extended values, within `within` ticks either way (the measure's own
+/// error: its rate's uncertainty over the gap, and the skew of the
+/// readings it pairs). A placement further from it than `within`, or than
+/// an eighth of a wrap, is not taken: the wider the bound, the likelier a
+/// measure that is wrong by about a whole wrap (a TSC stepped by its
+/// hypervisor) lands a phantom wrap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Estimate {
+    /// The estimated extended count.
+    pub ticks: u64,
+    /// How far from `ticks` a placement may be.
+    pub within: u64,
+}
+
+impl Estimate {
+    /// `ticks`, within an eighth of a wrap (the widest bound taken): for
+    /// a measure whose error is not known.
+    /// Interrupt-safe: yes.
+    pub const fn loose(ticks: u64) -> Estimate {
+        Estimate {
+            ticks,
+            within: u64::MAX,
+        }
+    }
+}
+
 /// Widens a free-running N-bit counter (1..=64 bits) to 64 bits.
 ///
 /// Keeps the last extended value; each raw reading is placed at most half a
@@ -178,12 +206,12 @@ impl<C: Cell64> WrapExtender<C> {
     /// Places `raw` where an independent counter estimates this counter's
     /// extended count now (`estimate`, on the scale of the values
     /// returned, e.g. the TSC since a reading of this counter on the same
-    /// CPU): at the wrap nearest the estimate when the two agree within an
-    /// eighth of a wrap, so the wraps a gap in the reads hid are counted
-    /// whoever read last. Without an estimate, or one that disagrees with
-    /// `raw`'s phase, as [`extend`](Self::extend). Never behind the last
-    /// value; a placement behind it (another reader placed a later
-    /// reading) gives that value.
+    /// CPU): at the wrap nearest the estimate when the two agree within
+    /// the estimate's bound (at most an eighth of a wrap), so the wraps a
+    /// gap in the reads hid are counted whoever read last. Without an
+    /// estimate, or one that disagrees with `raw`'s phase, as
+    /// [`extend`](Self::extend). Never behind the last value; a placement
+    /// behind it (another reader placed a later reading) gives that value.
     ///
     /// [`Extended::current`] says whether the result is the counter's
     /// count now rather than a value held across a gap: `false` when `raw`
@@ -193,18 +221,19 @@ impl<C: Cell64> WrapExtender<C> {
     /// estimates keeps only current ones.
     ///
     /// ```
-    /// use clockhal_core::WrapExtender;
+    /// use clockhal_core::{Estimate, WrapExtender};
     /// let ext: WrapExtender = WrapExtender::new(24, 0);
     /// // Three and 5/8 wraps later: held without an estimate...
     /// let held = ext.extend_near(0xA0_0000, None);
     /// assert_eq!((held.ticks, held.current), (0, false));
-    /// // ...placed with one (the TSC said about that long).
-    /// let placed = ext.extend_near(0xA0_0000, Some(0x3A0_1000));
+    /// // ...placed with one (the TSC said about that long, within 0x2000).
+    /// let e = Estimate { ticks: 0x3A0_1000, within: 0x2000 };
+    /// let placed = ext.extend_near(0xA0_0000, Some(e));
     /// assert_eq!((placed.ticks, placed.current), (0x3A0_0000, true));
     /// ```
     ///
     /// Interrupt-safe: as [`extend`](Self::extend).
-    pub fn extend_near(&self, raw: u64, estimate: Option<u64>) -> Extended {
+    pub fn extend_near(&self, raw: u64, estimate: Option<Estimate>) -> Extended {
         let raw = raw & self.mask;
         let (mask, half) = (self.mask, self.half);
         if mask == u64::MAX {
@@ -219,7 +248,7 @@ impl<C: Cell64> WrapExtender<C> {
         let mut current = true;
         let ticks = self.last.update(|last| {
             current = true;
-            if let Some(e) = estimate {
+            if let Some(Estimate { ticks: e, within }) = estimate {
                 // The value of `raw`'s phase nearest the estimate.
                 let ahead = raw.wrapping_sub(e) & mask;
                 // (None past either end of u64: no placement.)
@@ -228,7 +257,7 @@ impl<C: Cell64> WrapExtender<C> {
                 } else {
                     (e.checked_sub(wrap - ahead), wrap - ahead)
                 };
-                if let Some(v) = v.filter(|_| off <= slack) {
+                if let Some(v) = v.filter(|_| off <= slack.min(within)) {
                     return (v > last).then_some(v);
                 }
             }
@@ -319,13 +348,13 @@ mod tests {
             let err =
                 (rng(&mut seed) % (wrap / 9)) as i64 * if rng(&mut seed) & 1 == 0 { 1 } else { -1 };
             let e = truth.saturating_add_signed(err);
-            let r = ext.extend_near(truth, Some(e));
+            let r = ext.extend_near(truth, Some(Estimate::loose(e)));
             assert_eq!((r.ticks, r.current), (truth, true));
         }
         // A placement behind the last value (another reader is ahead): the
         // last value, current.
         let last = ext.last();
-        let r = ext.extend_near(last - 1_000, Some(last - 1_000));
+        let r = ext.extend_near(last - 1_000, Some(Estimate::loose(last - 1_000)));
         assert_eq!((r.ticks, r.current), (last, true));
         // Just behind without an estimate: the same.
         let r = ext.extend_near(last - 1_000, None);
@@ -338,20 +367,38 @@ mod tests {
         let ext: WrapExtender = WrapExtender::new(24, 0);
         // Two wraps and 1,000 ticks, estimated a quarter wrap off: the
         // plain rule (1,000 ticks on).
-        let r = ext.extend_near(1_000, Some(2 * wrap + 1_000 + wrap / 4));
+        let r = ext.extend_near(1_000, Some(Estimate::loose(2 * wrap + 1_000 + wrap / 4)));
         assert_eq!((r.ticks, r.current), (1_000, true));
         // 5/8 of a wrap behind in phase, the estimate half a wrap off:
         // held, and said to be no current count.
-        let r = ext.extend_near(1_000 + wrap * 5 / 8, Some(7 * wrap));
+        let r = ext.extend_near(1_000 + wrap * 5 / 8, Some(Estimate::loose(7 * wrap)));
         assert_eq!((r.ticks, r.current), (1_000, false));
         // An estimate at the top of u64 places nothing (the plain rule).
         let ext2: WrapExtender = WrapExtender::new(24, 0);
-        let r = ext2.extend_near(5, Some(u64::MAX - 2));
+        let r = ext2.extend_near(5, Some(Estimate::loose(u64::MAX - 2)));
         assert_eq!((r.ticks, r.current), (5, true));
         // A 64-bit counter needs no estimate.
         let wide: WrapExtender = WrapExtender::new(64, 5);
-        let r = wide.extend_near(9, Some(1 << 60));
+        let r = wide.extend_near(9, Some(Estimate::loose(1 << 60)));
         assert_eq!((r.ticks, r.current), (9, true));
+    }
+
+    #[test]
+    fn an_estimate_is_taken_only_within_its_bound() {
+        let wrap = 1u64 << 24;
+        let ext: WrapExtender = WrapExtender::new(24, 0);
+        // One wrap and 1,000 ticks by a measure 0x1000 off: taken within
+        // 0x1000, not within 0xFFF (the plain rule, 1,000 ticks on).
+        let near = |within| Estimate {
+            ticks: wrap + 1_000 + 0x1000,
+            within,
+        };
+        assert_eq!(ext.extend_near(1_000, Some(near(0xFFF))).ticks, 1_000);
+        let ext: WrapExtender = WrapExtender::new(24, 0);
+        assert_eq!(
+            ext.extend_near(1_000, Some(near(0x1000))).ticks,
+            wrap + 1_000
+        );
     }
 
     #[test]

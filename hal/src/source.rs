@@ -82,16 +82,17 @@ pub trait ClockSource: Sync {
 
     /// [`read`](Self::read) where an independent counter estimates this
     /// one's count now (`estimate`, on the scale of `read`'s values: the
-    /// TSC since an earlier reading of this source on the same CPU). A
-    /// software-extended counter places its raw reading at the wrap
-    /// nearest the estimate where they agree within an eighth of a wrap
+    /// TSC since an earlier reading of this source on the same CPU, with
+    /// that measure's error bound). A software-extended counter places its
+    /// raw reading at the wrap nearest the estimate where they agree within
+    /// that bound and an eighth of a wrap
     /// ([`WrapExtender::extend_near`](crate::WrapExtender::extend_near)),
     /// so wraps a gap in the reads hid are counted, and says whether the
     /// result is its count now ([`Extended::current`](crate::Extended)).
     /// Counters without an extension just read (always current).
     ///
     /// Interrupt-safe: as [`read`](Self::read).
-    fn read_near(&self, estimate: Option<u64>) -> crate::Extended {
+    fn read_near(&self, estimate: Option<crate::Estimate>) -> crate::Extended {
         let _ = estimate;
         crate::Extended {
             ticks: self.read(),
@@ -146,7 +147,7 @@ impl<T: ClockSource + ?Sized> ClockSource for &T {
     fn read_spanning(&self, span: u64) -> u64 {
         (**self).read_spanning(span)
     }
-    fn read_near(&self, estimate: Option<u64>) -> crate::Extended {
+    fn read_near(&self, estimate: Option<crate::Estimate>) -> crate::Extended {
         (**self).read_near(estimate)
     }
     fn counter_domain(&self) -> Option<crate::consensus::CounterDomain> {

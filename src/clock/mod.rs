@@ -436,9 +436,11 @@ impl<H: Hardware + Clone> Clock<H> {
     /// How many gaps in the reads of the current software-extended device
     /// (a 32-bit HPET, the PM timer) longer than half its wrap the clock
     /// found and nothing measured (no TSC rate, no reading of it on this
-    /// CPU before the gap): each may have lost whole wraps, time the clock
-    /// did not count. A gap of whole wraps plus less than half of one
-    /// looks like a short interval to the counter alone and is not found;
+    /// CPU before the gap, or a TSC measure the count disagreed with by
+    /// more than its error: a TSC its hypervisor stepped): each may have
+    /// lost whole wraps, time the clock did not count. A gap of whole
+    /// wraps plus less than half of one looks like a short interval to the
+    /// counter alone and is not found;
     /// read the clock (or tick the watchdog) within
     /// [`ClockSource::max_read_interval`] to lose none.
     /// Interrupt-safe: yes.

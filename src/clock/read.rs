@@ -13,7 +13,9 @@
 use super::{Clock, REVALIDATE_NS};
 use crate::{Demotion, SourceId};
 use clockhal_core::timeline::still_paired;
-use clockhal_core::{LastMap, MapMiss, MapNow, ReadState, Scale, TimelineOwner, TscSource};
+use clockhal_core::{
+    Estimate, LastMap, MapMiss, MapNow, ReadState, Scale, TimelineOwner, TscSource,
+};
 use clockhal_x86::{Hardware, Seam};
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
@@ -28,6 +30,20 @@ pub(crate) const ID_MASK: u32 = 0x7F;
 /// CPU returns an old-timeline reading taken after the new start was fixed,
 /// nor a new-timeline one from before it was set.
 pub(crate) const SWITCHING: u32 = 0x80;
+
+/// The most a pair's TSC and its count may lie apart (the device read's
+/// time): a slower reading is no pair, and one after a gap is retried.
+/// Trapping reads take µs; a nested hypervisor's ~250 µs.
+const PAIR_SKEW_NS: u64 = 2_000_000;
+
+/// How far from the TSC's estimate of a device's count after a gap of
+/// `gap_ns` its reading may be placed: the TSC rate's error over the gap
+/// (1,000 ppm, four times the most a supervised TSC's calibration may be
+/// off), and the skew of the two readings it pairs (each at most
+/// [`PAIR_SKEW_NS`]).
+const fn estimate_within(gap_ns: u64) -> u64 {
+    gap_ns / 1_000 + 2 * PAIR_SKEW_NS
+}
 
 /// Ticks from `base` to `ticks` of a forward-moving extended count, also
 /// across 2^64 (a 64-bit HPET left near it); a count below the base (a
@@ -193,10 +209,14 @@ impl<H: Hardware + Clone> Clock<H> {
     /// pair (TSC, count) of this CPU's last reading (any CPU's, where the
     /// TSCs agree across CPUs) estimates the count after the gap, and the
     /// extension places the reading at the wrap nearest it
-    /// ([`ClockSource::read_near`]). Only readings that are the device's
-    /// count then become pairs; `None` (hold) for one held across a gap
-    /// nothing measured, and while the pair stays busy. Where no TSC
-    /// spans the gap, wraps a gap hid stay lost, as `max_read_interval`
+    /// ([`ClockSource::read_near`]), if within the measure's error
+    /// ([`estimate_within`]): a TSC its hypervisor stepped lands a phantom
+    /// wrap only where the step is that close to whole wraps. Only fast
+    /// readings that are the device's count then become pairs; `None`
+    /// (hold) for one held across a gap nothing measured, for a slow read
+    /// after a gap, and while the pair stays busy. Where no TSC spans the
+    /// gap, or its measure disagrees with the count, wraps a gap hid may be
+    /// lost: counted in [`Clock::unmeasured_gaps`], as `max_read_interval`
     /// warns.
     ///
     /// [`ClockSource::read_near`]: clockhal_core::ClockSource::read_near
@@ -221,23 +241,37 @@ impl<H: Hardware + Clone> Clock<H> {
         let pair = self.gap_witness.get(cpu, shared, state).ok()?;
         // A TSC behind the pair's (S3, a newer pair) measures nothing.
         let estimate = pair.and_then(|(t0, n0)| {
-            let gap = scale.ns_to_ticks(tsc_scale.ticks_to_ns(tsc.checked_sub(t0)?));
-            (gap >= interval).then(|| n0.saturating_add(gap))
+            let gap_ns = tsc_scale.ticks_to_ns(tsc.checked_sub(t0)?);
+            let gap = scale.ns_to_ticks(gap_ns);
+            (gap >= interval).then(|| Estimate {
+                ticks: n0.saturating_add(gap),
+                within: scale.ns_to_ticks(estimate_within(gap_ns)),
+            })
         });
         let r = src.read_near(estimate);
         // A read that took more than an eighth of a wrap (a vCPU preempted
-        // or paused inside it; `took_a_pause`) may have been placed
-        // without the gap that passed meanwhile: not returned, not a pair.
-        // Its count is at most the truth, so the next reading, estimated
-        // from the pair before, moves on past it.
+        // or paused inside it; `took_a_pause`), or after a gap longer than
+        // the skew its estimate allows, may have been placed without the
+        // gap that passed meanwhile: not returned, not a pair. Its count
+        // is at most the truth, so the next reading, estimated from the
+        // pair before, moves on past it.
         let took_ns = tsc_scale.ticks_to_ns(self.hw.rdtsc().saturating_sub(tsc));
-        let slow = super::gap_witness::took_a_pause(took_ns, scale.ticks_to_ns(interval));
+        let slow = super::gap_witness::took_a_pause(took_ns, scale.ticks_to_ns(interval))
+            || (estimate.is_some() && took_ns > PAIR_SKEW_NS);
         if !r.current || slow {
             self.note_unmeasured_gap(!r.current && estimate.is_none());
             return None;
         }
+        if estimate.is_some_and(|e| r.ticks.abs_diff(e.ticks) > e.within) {
+            // The TSC's measure was not the count's (a stepped TSC, or one
+            // whose rate changed): placed by the count alone, which loses
+            // any whole wraps the gap held.
+            self.unmeasured_gaps.fetch_add(1, Relaxed);
+        }
         self.note_unmeasured_gap(false);
-        self.gap_witness.record(cpu, shared, state, tsc, r.ticks);
+        if took_ns <= PAIR_SKEW_NS {
+            self.gap_witness.record(cpu, shared, state, tsc, r.ticks);
+        }
         Some(r.ticks)
     }
 

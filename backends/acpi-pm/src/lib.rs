@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use clockhal_core::{
-    ClockSource, Extended, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender,
+    ClockSource, Estimate, Extended, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender,
 };
 use clockhal_x86::{cpuid, Hardware};
 use core::fmt;
@@ -288,7 +288,7 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
         }
     }
 
-    fn read_near(&self, estimate: Option<u64>) -> Extended {
+    fn read_near(&self, estimate: Option<Estimate>) -> Extended {
         match self.raw_now() {
             Some(v) => self.ext.extend_near(v as u64, estimate),
             // No reading agreed with itself: the last value, which is not

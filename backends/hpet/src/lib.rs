@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use clockhal_core::{
-    ClockSource, Extended, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender,
+    ClockSource, Estimate, Extended, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender,
 };
 use clockhal_x86::{cpuid, Hardware, MmioRegion};
 use core::fmt;
@@ -204,7 +204,7 @@ impl<H: Hardware> ClockSource for Hpet<H> {
             .extend_spanning(counter(&self.hw, self.region, self.wide), span)
     }
 
-    fn read_near(&self, estimate: Option<u64>) -> Extended {
+    fn read_near(&self, estimate: Option<Estimate>) -> Extended {
         self.ext
             .extend_near(counter(&self.hw, self.region, self.wide), estimate)
     }

@@ -15,7 +15,7 @@
 //!   `max_read_interval` describe the clamped width.
 
 use arbitrary::Arbitrary;
-use clockhal_core::{AtomicCell, Cell64, CriticalSectionCell, WrapExtender};
+use clockhal_core::{AtomicCell, Cell64, CriticalSectionCell, Estimate, WrapExtender};
 use std::vec::Vec;
 
 #[derive(Arbitrary, Debug)]
@@ -89,7 +89,7 @@ fn run<C: Cell64>(case: &Case) {
                 } else {
                     truth.saturating_add(err)
                 };
-                let r = ext.extend_near(truth & mask, Some(e));
+                let r = ext.extend_near(truth & mask, Some(Estimate::loose(e)));
                 assert_eq!(
                     (r.ticks, r.current),
                     (truth, true),
@@ -102,7 +102,7 @@ fn run<C: Cell64>(case: &Case) {
             }
             Op::Gap(..) => {}
             Op::Near(raw, estimate) => {
-                let r = ext.extend_near(raw, estimate);
+                let r = ext.extend_near(raw, estimate.map(Estimate::loose));
                 // A 64-bit counter's values wrap with it; a narrower one's
                 // extension never goes back.
                 let step = r.ticks.wrapping_sub(truth);
