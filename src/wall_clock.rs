@@ -144,7 +144,9 @@ impl<H: Hardware + Clone> Clock<H> {
         let mut edge = result?;
         // The polls were timed with this clock: known only to its resolution.
         edge.uncertainty_ns = edge.uncertainty_ns.saturating_add(self.resolution_ns());
-        self.set_unix_time(edge.unix_ns_at(self.now_ns()))
+        // The offset from the edge's own instant: time that passed since
+        // (a preemption) must not be taken from the wall time.
+        self.set_unix_time_at(edge.unix_ns_at(edge.at_ns), edge.at_ns)
             .map_err(|_| RtcError::ImplausibleTime {
                 year: edge.time.year,
             })?;

@@ -854,10 +854,23 @@ impl<H: Hardware + Clone> Clock<H> {
     ///
     /// Interrupt-safe: yes (never waits: the lock's holder publishes the page).
     pub fn set_unix_time(&self, unix_ns: u64) -> Result<(), crate::ImplausibleWallTime> {
+        self.set_unix_time_at(unix_ns, self.now_ns())
+    }
+
+    /// [`set_unix_time`](Self::set_unix_time) with the instant it was
+    /// true: Unix time was `unix_ns` when the clock read `at_ns`. One
+    /// reading fixes the offset, so time that passes before the call (a
+    /// vCPU preempted after the RTC's edge) is not lost from it.
+    /// Interrupt-safe: yes (as `set_unix_time`).
+    pub(crate) fn set_unix_time_at(
+        &self,
+        unix_ns: u64,
+        at_ns: u64,
+    ) -> Result<(), crate::ImplausibleWallTime> {
         let unix_ns = crate::wall_time::check(unix_ns)?;
         self.wall_from_kvmclock.store(false, Ordering::Release);
         self.unix_offset
-            .store(unix_ns.saturating_sub(self.now_ns()), Ordering::Release);
+            .store(unix_ns.saturating_sub(at_ns), Ordering::Release);
         self.unix_known.store(true, Ordering::Release);
         // The user clock page carries the wall time too: published now, or
         // by the watchdog lock's holder (this may be an interrupt inside
