@@ -755,12 +755,20 @@ impl<H: Hardware + Clone> Clock<H> {
     /// (`origin`: a fallback), which cannot confirm itself). Without any
     /// independent counter the reading is taken, and the ceiling moves.
     pub(crate) fn verify_jump(&self, v: u64, origin: Option<SourceId>) -> Result<(), Option<u64>> {
+        // (`try_locked`: a wall time or page publication an interrupt
+        // asked for meanwhile is published when this lets go.)
+        self.try_locked(|st| self.verify_jump_locked(st, v, origin))
+            .unwrap_or(Err(None))
+    }
+
+    fn verify_jump_locked(
+        &self,
+        st: &mut State,
+        v: u64,
+        origin: Option<SourceId>,
+    ) -> Result<(), Option<u64>> {
         let max_jump = self.settings.max_jump.as_nanos();
-        let Some(mut st) = self.watchdog.try_lock() else {
-            return Err(None);
-        };
         let Some((then, id, ticks)) = st.anchor else {
-            drop(st);
             self.raise_ceiling(v.saturating_add(max_jump));
             return Ok(());
         };
@@ -774,8 +782,7 @@ impl<H: Hardware + Clone> Clock<H> {
             Elapsed::Back => {
                 // A witness that went back can convict no one: the
                 // reading is taken as without an anchor.
-                self.anchor_failed(&mut st, id, Fault::SteppedBack);
-                drop(st);
+                self.anchor_failed(st, id, Fault::SteppedBack);
                 self.raise_ceiling(v.saturating_add(max_jump));
                 return Ok(());
             }
@@ -789,9 +796,8 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         if claimed > allowed {
             // No witness left: as without an anchor.
-            self.anchor_failed(&mut st, id, Fault::Stopped);
+            self.anchor_failed(st, id, Fault::Stopped);
         }
-        drop(st);
         self.raise_ceiling(v.saturating_add(max_jump));
         Ok(())
     }
@@ -807,10 +813,12 @@ impl<H: Hardware + Clone> Clock<H> {
     /// can tell, or the TSC ran further than a pause explains).
     /// Interrupt-safe: yes (try-lock; bounded device reads).
     pub(crate) fn deadline_passed(&self, v: u64) -> bool {
-        let Some(mut st) = self.watchdog.try_lock() else {
-            // A tick is running: ticks have not stopped.
-            return false;
-        };
+        // A tick is running (the lock is held): ticks have not stopped.
+        self.try_locked(|st| self.deadline_passed_locked(st, v))
+            .unwrap_or(false)
+    }
+
+    fn deadline_passed_locked(&self, st: &mut State, v: u64) -> bool {
         let Some((then, id, ticks)) = st.anchor else {
             return true;
         };
@@ -818,7 +826,7 @@ impl<H: Hardware + Clone> Clock<H> {
             Elapsed::Ns(ns) => ns,
             Elapsed::NoDevice => return true,
             Elapsed::Back => {
-                self.anchor_failed(&mut st, id, Fault::SteppedBack);
+                self.anchor_failed(st, id, Fault::SteppedBack);
                 return true;
             }
         };
@@ -837,7 +845,7 @@ impl<H: Hardware + Clone> Clock<H> {
             // Unverified either way; a stopped device must not be where
             // the clock goes next.
             if !self.anchor_counting(id) {
-                self.anchor_failed(&mut st, id, Fault::Stopped);
+                self.anchor_failed(st, id, Fault::Stopped);
             }
             return true;
         }
@@ -906,17 +914,16 @@ impl<H: Hardware + Clone> Clock<H> {
     /// is read once and the first tick's gap is measured from now, so a
     /// pause before the first tick cannot hide a wrap.
     pub(crate) fn anchor_at_start(&self, start_ns: u64) {
-        let Some(mut st) = self.watchdog.try_lock() else {
-            return;
-        };
-        self.anchor_at(&mut st, start_ns);
-        let sources = self.backends.sources();
-        for s in sources.iter().flatten() {
-            if s.max_read_interval().is_some() {
-                let _ = s.read();
+        self.try_locked(|st| {
+            self.anchor_at(st, start_ns);
+            let sources = self.backends.sources();
+            for s in sources.iter().flatten() {
+                if s.max_read_interval().is_some() {
+                    let _ = s.read();
+                }
             }
-        }
-        let _ = self.tick_gap(&mut st);
+            let _ = self.tick_gap(st);
+        });
     }
 
     /// Forgets every baseline taken against a reference's count before a
