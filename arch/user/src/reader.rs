@@ -279,7 +279,7 @@ impl<'a> UserClock<'a> {
     pub fn now(&self) -> Result<u64, AskKernel> {
         let tsc = self.tsc;
         let raw = self.sample(&mut move || tsc.read(), false)?;
-        Ok(raw.ns.max(raw.floor))
+        Ok(not_before(raw.ns, raw.floor))
     }
 
     /// Clock and wall time from one consistent state, and its source.
@@ -533,10 +533,25 @@ pub const fn tsc_map_scaled(tsc: u64, scale: TscScale, add: u128) -> u64 {
     (x >> (64 - (scale.shift & 63))) as u64
 }
 
+/// `max(ns, floor)`, where `ns` lies before `floor` also when the state's
+/// arithmetic wrapped past zero (a TSC or kvmclock that restarted below
+/// the line's start, before the kernel republished), which reads as a
+/// time centuries ahead, not behind. As the kernel's timeline does, more
+/// than 2^63 ns ahead is behind.
+/// Interrupt-safe: yes.
+#[inline(always)]
+pub(crate) const fn not_before(ns: u64, floor: u64) -> u64 {
+    if ns.wrapping_sub(floor) > 1 << 63 {
+        floor
+    } else {
+        ns
+    }
+}
+
 /// One consistent sample of a state, before the floor is applied.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Raw {
-    /// The state's time (not yet raised to the floor).
+    /// The state's time (not yet raised to the floor: [`not_before`]).
     pub(crate) ns: u64,
     /// The state's floor.
     pub(crate) floor: u64,
@@ -549,7 +564,7 @@ pub(crate) struct Raw {
 
 impl Raw {
     fn reading(self) -> Reading {
-        let clock_ns = self.ns.max(self.floor);
+        let clock_ns = not_before(self.ns, self.floor);
         Reading {
             clock_ns,
             unix_ns: self.wall.map(|w| w.saturating_add(clock_ns)),
@@ -638,7 +653,8 @@ impl<'a> ClockReader<'a> {
             self.seq = raw.seq;
             self.last = self.last.max(raw.floor);
         }
-        if raw.ns > self.last {
+        // Ahead of `last` (never more than 2^63 ns: see `not_before`).
+        if raw.ns.wrapping_sub(self.last).wrapping_sub(1) < 1 << 63 {
             self.last = raw.ns;
         }
         Ok(self.last)

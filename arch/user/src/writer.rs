@@ -378,7 +378,8 @@ impl<'a> ClockPageWriter<'a> {
     fn fold(&self, floor: u64, mut rdtsc: impl FnMut() -> u64) -> u64 {
         let mode = self.view.page().mode.load(Ordering::Relaxed);
         match self.view.evaluate(mode, &mut rdtsc) {
-            Ok((ns, _)) => floor.max(ns),
+            // (A state that wrapped past zero reads as behind the floor.)
+            Ok((ns, _)) => crate::reader::not_before(ns, floor),
             Err(_) => floor,
         }
     }
