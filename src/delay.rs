@@ -96,7 +96,7 @@ impl<'a> Delay<'a> {
 
     fn wait(&mut self, d: Duration) {
         let c = self.clock;
-        if crate::wait::spin_for(|| c.now(), d, c.resolution()).is_err() {
+        if crate::wait::spin_for(|| c.now(), d, c.resolution(), || c.stepped_ns()).is_err() {
             self.stalls = self.stalls.saturating_add(1);
         }
     }

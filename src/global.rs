@@ -84,6 +84,15 @@ pub trait ClockNow: Sync {
     fn resolution(&self) -> Duration {
         Duration::from_nanos(1)
     }
+    /// The ns the clock's timeline has stepped forward in all without that
+    /// time passing (a switch starts the new source a margin above every
+    /// floor): a wait that sees it grow adds the growth, to end no earlier
+    /// than asked. The default, 0, is right for a clock that never steps.
+    ///
+    /// Interrupt-safe: yes (an implementation must be).
+    fn stepped_ns(&self) -> u64 {
+        0
+    }
 }
 
 impl<H: Hardware + Clone> ClockNow for Clock<H> {
@@ -96,6 +105,9 @@ impl<H: Hardware + Clone> ClockNow for Clock<H> {
     }
     fn resolution(&self) -> Duration {
         Duration::from_nanos(self.resolution_ns())
+    }
+    fn stepped_ns(&self) -> u64 {
+        Clock::stepped_ns(self)
     }
 }
 

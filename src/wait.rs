@@ -67,21 +67,35 @@ impl core::error::Error for Stalled {}
 
 /// Spins until `d` has passed on a clock whose readings may lie up to
 /// `resolution` below the true time (rounded down to a tick or a clamp
-/// granule): the end is padded by it, so the wait never ends early.
+/// granule), and whose timeline has stepped `stepped()` ns forward in all
+/// (a switch starts the new source a margin above every floor): the end
+/// is padded by the resolution and by the steps during the wait, so it
+/// never ends early.
 pub(crate) fn spin_for(
     mut now: impl FnMut() -> Instant,
     d: Duration,
     resolution: Duration,
+    mut stepped: impl FnMut() -> u64,
 ) -> Result<(), Stalled> {
     if d == Duration::ZERO {
         return Ok(());
     }
-    let end = now().saturating_add(d).saturating_add(resolution);
-    // `remaining` is of the wait asked for, not of the pad.
-    spin_until(now, end, || true).map_err(|e| Stalled {
-        remaining: e.remaining.saturating_sub(resolution).min(d),
-        ..e
-    })
+    let stepped0 = stepped();
+    let pad = |total: u64| resolution.saturating_add(Duration::from_nanos(total - stepped0));
+    let base = now().saturating_add(d);
+    let (mut end, mut padded) = (base.saturating_add(resolution), resolution);
+    loop {
+        // `remaining` is of the wait asked for, not of the pad.
+        spin_until(&mut now, end, || true).map_err(|e| Stalled {
+            remaining: e.remaining.saturating_sub(padded).min(d),
+            ..e
+        })?;
+        let more = pad(stepped());
+        if more <= padded {
+            return Ok(());
+        }
+        (end, padded) = (base.saturating_add(more), more);
+    }
 }
 
 /// Spins until `now()` reaches `end`, or `more()` says to stop (checked

@@ -362,12 +362,21 @@ impl<H: Hardware + Clone> Clock<H> {
     /// stops: `Err` after [`STALL_READS`](crate::STALL_READS) identical
     /// readings in a row (see [`Stalled`](crate::Stalled)).
     /// Lasts at least `d` of true time whatever the source's resolution
-    /// (the end is padded by one tick or clamp granule).
+    /// (the end is padded by one tick or clamp granule) and however often
+    /// the source switches meanwhile (by [`SWITCH_MARGIN_NS`] for each).
     ///
     /// Interrupt-safe: yes (busy-waits for `d`).
     pub fn spin_for(&self, d: Duration) -> Result<(), crate::Stalled> {
         let resolution = Duration::from_nanos(self.resolution_ns());
-        crate::wait::spin_for(|| self.now(), d, resolution)
+        crate::wait::spin_for(|| self.now(), d, resolution, || self.stepped_ns())
+    }
+
+    /// The most the timeline has stepped forward without time passing: a
+    /// margin for each switch or rebase ([`SWITCH_MARGIN_NS`]); a wait
+    /// adds its growth ([`ClockNow::stepped_ns`](crate::ClockNow)).
+    /// Interrupt-safe: yes.
+    pub(crate) fn stepped_ns(&self) -> u64 {
+        u64::from(self.switches()).saturating_mul(SWITCH_MARGIN_NS)
     }
 
     fn current_index(&self) -> usize {
