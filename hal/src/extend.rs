@@ -16,28 +16,17 @@ pub struct Extended {
 /// now ([`WrapExtender::extend_near`]): `ticks`, on the scale of the
 /// extended values, within `within` ticks either way (the measure's own
 /// error: its rate's uncertainty over the gap, and the skew of the
-/// readings it pairs). A placement further from it than `within`, or than
-/// an eighth of a wrap, is not taken: the wider the bound, the likelier a
-/// measure that is wrong by about a whole wrap (a TSC stepped by its
-/// hypervisor) lands a phantom wrap.
+/// readings it pairs). A placement further from it than `within` is not
+/// taken, and an estimate whose bound is wider than an eighth of a wrap
+/// places nothing (its error could hide a whole wrap): the wider the
+/// bound, the likelier a measure that is wrong by about a whole wrap (a
+/// TSC stepped by its hypervisor) lands a phantom wrap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Estimate {
     /// The estimated extended count.
     pub ticks: u64,
     /// How far from `ticks` a placement may be.
     pub within: u64,
-}
-
-impl Estimate {
-    /// `ticks`, within an eighth of a wrap (the widest bound taken): for
-    /// a measure whose error is not known.
-    /// Interrupt-safe: yes.
-    pub const fn loose(ticks: u64) -> Estimate {
-        Estimate {
-            ticks,
-            within: u64::MAX,
-        }
-    }
 }
 
 /// Widens a free-running N-bit counter (1..=64 bits) to 64 bits.
@@ -163,37 +152,38 @@ impl<C: Cell64> WrapExtender<C> {
     }
 
     /// Places `raw` on the 64-bit timeline when about `span` ticks passed
-    /// since the last extended value, as an independent counter measured
-    /// (the TSC over a gap in the reads longer than
-    /// [`max_read_interval`](Self::max_read_interval)): the whole wraps the
-    /// span covers are recovered, to the nearest. A span below half a
-    /// wrap is [`extend`](Self::extend), and so is one that disagrees with
-    /// the counter's own phase by more than an eighth of a wrap (`span`
-    /// less the wraps it claims is not the ticks the counter moved): a
-    /// witness that ran ahead, or a span measured from an older read than
-    /// the last one, adds no wrap.
+    /// since the last extended value, within `within` ticks either way, as
+    /// an independent counter measured (the TSC over a gap in the reads
+    /// longer than [`max_read_interval`](Self::max_read_interval)): the
+    /// whole wraps the span covers are recovered, to the nearest. A span
+    /// below half a wrap is [`extend`](Self::extend), and so is one whose
+    /// bound is wider than an eighth of a wrap (its error could hide a
+    /// wrap), or that disagrees with the counter's own phase by more than
+    /// its bound (`span` less the wraps it claims is not the ticks the
+    /// counter moved): a witness that ran ahead, or a span measured from
+    /// an older read than the last one, adds no wrap.
     ///
     /// ```
     /// use clockhal_core::WrapExtender;
     /// let ext: WrapExtender = WrapExtender::new(24, 0x10);
     /// // Three wraps and 0x20 ticks later, measured as about that.
-    /// assert_eq!(ext.extend_spanning(0x30, 3 << 24), 0x300_0030);
+    /// assert_eq!(ext.extend_spanning(0x30, 3 << 24, 0x1000), 0x300_0030);
     /// ```
     ///
     /// Interrupt-safe: yes (lock-free where the target has 64-bit atomics,
     /// else a critical section).
-    pub fn extend_spanning(&self, raw: u64, span: u64) -> u64 {
-        if span < self.half || self.mask == u64::MAX {
+    pub fn extend_spanning(&self, raw: u64, span: u64, within: u64) -> u64 {
+        let period = self.mask.wrapping_add(1);
+        if span < self.half || self.mask == u64::MAX || within > period / 8 {
             return self.extend(raw);
         }
         let raw = raw & self.mask;
-        let period = self.mask + 1;
         self.last.update(|last| {
             let delta = raw.wrapping_sub(last) & self.mask;
             // Whole periods in the span beyond `delta`, to the nearest.
             let wraps = span.saturating_sub(delta).saturating_add(self.half) / period;
             let claimed = delta as u128 + wraps as u128 * period as u128;
-            if (span as u128).abs_diff(claimed) > (period / 8) as u128 {
+            if (span as u128).abs_diff(claimed) > within as u128 {
                 return (delta != 0 && delta <= self.half).then(|| last.wrapping_add(delta));
             }
             let v = last
@@ -207,7 +197,8 @@ impl<C: Cell64> WrapExtender<C> {
     /// extended count now (`estimate`, on the scale of the values
     /// returned, e.g. the TSC since a reading of this counter on the same
     /// CPU): at the wrap nearest the estimate when the two agree within
-    /// the estimate's bound (at most an eighth of a wrap), so the wraps a
+    /// the estimate's bound (one wider than an eighth of a wrap places
+    /// nothing), so the wraps a
     /// gap in the reads hid are counted whoever read last. Without an
     /// estimate, or one that disagrees with `raw`'s phase, as
     /// [`extend`](Self::extend). Never behind the last value; a placement
@@ -257,7 +248,7 @@ impl<C: Cell64> WrapExtender<C> {
                 } else {
                     (e.checked_sub(wrap - ahead), wrap - ahead)
                 };
-                if let Some(v) = v.filter(|_| off <= slack.min(within)) {
+                if let Some(v) = v.filter(|_| within <= slack && off <= within) {
                     return (v > last).then_some(v);
                 }
             }
@@ -348,13 +339,25 @@ mod tests {
             let err =
                 (rng(&mut seed) % (wrap / 9)) as i64 * if rng(&mut seed) & 1 == 0 { 1 } else { -1 };
             let e = truth.saturating_add_signed(err);
-            let r = ext.extend_near(truth, Some(Estimate::loose(e)));
+            let r = ext.extend_near(
+                truth,
+                Some(Estimate {
+                    ticks: e,
+                    within: wrap / 8,
+                }),
+            );
             assert_eq!((r.ticks, r.current), (truth, true));
         }
         // A placement behind the last value (another reader is ahead): the
         // last value, current.
         let last = ext.last();
-        let r = ext.extend_near(last - 1_000, Some(Estimate::loose(last - 1_000)));
+        let r = ext.extend_near(
+            last - 1_000,
+            Some(Estimate {
+                ticks: last - 1_000,
+                within: 0,
+            }),
+        );
         assert_eq!((r.ticks, r.current), (last, true));
         // Just behind without an estimate: the same.
         let r = ext.extend_near(last - 1_000, None);
@@ -367,19 +370,43 @@ mod tests {
         let ext: WrapExtender = WrapExtender::new(24, 0);
         // Two wraps and 1,000 ticks, estimated a quarter wrap off: the
         // plain rule (1,000 ticks on).
-        let r = ext.extend_near(1_000, Some(Estimate::loose(2 * wrap + 1_000 + wrap / 4)));
+        let r = ext.extend_near(
+            1_000,
+            Some(Estimate {
+                ticks: 2 * wrap + 1_000 + wrap / 4,
+                within: wrap / 8,
+            }),
+        );
         assert_eq!((r.ticks, r.current), (1_000, true));
         // 5/8 of a wrap behind in phase, the estimate half a wrap off:
         // held, and said to be no current count.
-        let r = ext.extend_near(1_000 + wrap * 5 / 8, Some(Estimate::loose(7 * wrap)));
+        let r = ext.extend_near(
+            1_000 + wrap * 5 / 8,
+            Some(Estimate {
+                ticks: 7 * wrap,
+                within: wrap / 8,
+            }),
+        );
         assert_eq!((r.ticks, r.current), (1_000, false));
         // An estimate at the top of u64 places nothing (the plain rule).
         let ext2: WrapExtender = WrapExtender::new(24, 0);
-        let r = ext2.extend_near(5, Some(Estimate::loose(u64::MAX - 2)));
+        let r = ext2.extend_near(
+            5,
+            Some(Estimate {
+                ticks: u64::MAX - 2,
+                within: wrap / 8,
+            }),
+        );
         assert_eq!((r.ticks, r.current), (5, true));
         // A 64-bit counter needs no estimate.
         let wide: WrapExtender = WrapExtender::new(64, 5);
-        let r = wide.extend_near(9, Some(Estimate::loose(1 << 60)));
+        let r = wide.extend_near(
+            9,
+            Some(Estimate {
+                ticks: 1 << 60,
+                within: 0,
+            }),
+        );
         assert_eq!((r.ticks, r.current), (9, true));
     }
 
@@ -399,6 +426,14 @@ mod tests {
             ext.extend_near(1_000, Some(near(0x1000))).ticks,
             wrap + 1_000
         );
+        // A bound wider than an eighth of a wrap places nothing, however
+        // near the estimate.
+        let ext: WrapExtender = WrapExtender::new(24, 0);
+        let wide = Estimate {
+            ticks: wrap + 1_000,
+            within: wrap / 8 + 1,
+        };
+        assert_eq!(ext.extend_near(1_000, Some(wide)).ticks, 1_000);
     }
 
     #[test]
@@ -407,7 +442,7 @@ mod tests {
         let ext: WrapExtender = WrapExtender::new(24, 0);
         // Two wraps and 1,000 ticks, measured 5,000 ticks long: recovered.
         assert_eq!(
-            ext.extend_spanning(1_000, 2 * period + 5_000),
+            ext.extend_spanning(1_000, 2 * period + 5_000, period / 8),
             2 * period + 1_000
         );
         // A span measured from an older read (the counter moved 2,000
@@ -415,12 +450,23 @@ mod tests {
         // no wrap is added, the counter's own delta stands.
         let last = ext.last();
         let span = period * 2 / 5 + 2_000;
-        assert_eq!(ext.extend_spanning(3_000, span), last + 2_000);
+        assert_eq!(ext.extend_spanning(3_000, span, period / 8), last + 2_000);
         // A witness an hour ahead whose phase happens not to fit: nothing.
         let last = ext.last();
         assert_eq!(
-            ext.extend_spanning(3_000 + period / 2 + 1, 768 * period + period / 4),
+            ext.extend_spanning(
+                3_000 + period / 2 + 1,
+                768 * period + period / 4,
+                period / 8
+            ),
             last
+        );
+        // A span whose bound is wider than an eighth of a wrap (a witness
+        // whose error could be a whole wrap) adds none, however it fits.
+        let last = ext.last();
+        assert_eq!(
+            ext.extend_spanning(3_000 + 100, 5 * period + 100, period / 8 + 1),
+            last + 100
         );
     }
 

@@ -68,15 +68,16 @@ pub trait ClockSource: Sync {
     }
 
     /// [`read`](Self::read) after a gap: about `span` ticks of this counter
-    /// passed since its previous read, as an independent counter measured
-    /// (for a software-extended counter left unread longer than
-    /// [`max_read_interval`](Self::max_read_interval): its lost wraps are
-    /// recovered from `span`, which must be within half a wrap of the
-    /// truth). Counters without an extension just read.
+    /// passed since its previous read, within `within` ticks, as an
+    /// independent counter measured (for a software-extended counter left
+    /// unread longer than [`max_read_interval`](Self::max_read_interval):
+    /// its lost wraps are recovered from `span` where that bound is at most
+    /// an eighth of a wrap, [`WrapExtender::extend_spanning`](crate::WrapExtender::extend_spanning)).
+    /// Counters without an extension just read.
     ///
     /// Interrupt-safe: as [`read`](Self::read).
-    fn read_spanning(&self, span: u64) -> u64 {
-        let _ = span;
+    fn read_spanning(&self, span: u64, within: u64) -> u64 {
+        let _ = (span, within);
         self.read()
     }
 
@@ -144,8 +145,8 @@ impl<T: ClockSource + ?Sized> ClockSource for &T {
     fn max_read_interval(&self) -> Option<u64> {
         (**self).max_read_interval()
     }
-    fn read_spanning(&self, span: u64) -> u64 {
-        (**self).read_spanning(span)
+    fn read_spanning(&self, span: u64, within: u64) -> u64 {
+        (**self).read_spanning(span, within)
     }
     fn read_near(&self, estimate: Option<crate::Estimate>) -> crate::Extended {
         (**self).read_near(estimate)

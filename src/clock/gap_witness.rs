@@ -25,6 +25,15 @@ const TRIES: usize = 16;
 #[derive(Debug)]
 pub(crate) struct Busy;
 
+/// A (TSC, count) pair: the TSC read before the count, and how long the
+/// read took (the count lies that much after the TSC at most).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Witnessed {
+    pub(crate) tsc: u64,
+    pub(crate) ticks: u64,
+    pub(crate) skew_ns: u64,
+}
+
 /// One CPU's pair under a seqlock (odd: being written), tagged with the
 /// clock's state word (a switch or rebase starts new pairs) and the CPU
 /// that took it (CPUs beyond the table share entries).
@@ -35,6 +44,7 @@ struct Pair {
     cpu: AtomicU32,
     tsc: AtomicU64,
     ticks: AtomicU64,
+    skew_ns: AtomicU64,
 }
 
 /// The pairs, one per CPU index (modulo the table), or one shared by all
@@ -54,6 +64,7 @@ impl GapWitness {
                     cpu: AtomicU32::new(u32::MAX),
                     tsc: AtomicU64::new(0),
                     ticks: AtomicU64::new(0),
+                    skew_ns: AtomicU64::new(0),
                 }
             }; PER_CPU_SLOTS],
         }
@@ -74,7 +85,7 @@ impl GapWitness {
         cpu: usize,
         shared: bool,
         state: u32,
-    ) -> Result<Option<(u64, u64)>, Busy> {
+    ) -> Result<Option<Witnessed>, Busy> {
         let p = self.pair(cpu, shared);
         for _ in 0..TRIES {
             let seq = p.seq.load(Ordering::Acquire);
@@ -86,16 +97,17 @@ impl GapWitness {
                 p.state.load(Ordering::Relaxed),
                 p.cpu.load(Ordering::Relaxed),
             );
-            let (tsc, ticks) = (
-                p.tsc.load(Ordering::Relaxed),
-                p.ticks.load(Ordering::Relaxed),
-            );
+            let w = Witnessed {
+                tsc: p.tsc.load(Ordering::Relaxed),
+                ticks: p.ticks.load(Ordering::Relaxed),
+                skew_ns: p.skew_ns.load(Ordering::Relaxed),
+            };
             fence(Ordering::Acquire);
             if p.seq.load(Ordering::Relaxed) != seq {
                 continue;
             }
             let mine = st == state && (shared || by as usize == cpu);
-            return Ok(mine.then_some((tsc, ticks)));
+            return Ok(mine.then_some(w));
         }
         Err(Busy)
     }
@@ -104,7 +116,7 @@ impl GapWitness {
     /// written (an interrupt inside a read on this CPU, another CPU
     /// sharing it) leaves it: the next reading records.
     /// Interrupt-safe: yes (lock-free, never waits).
-    pub(crate) fn record(&self, cpu: usize, shared: bool, state: u32, tsc: u64, ticks: u64) {
+    pub(crate) fn record(&self, cpu: usize, shared: bool, state: u32, w: Witnessed) {
         let p = self.pair(cpu, shared);
         let seq = p.seq.load(Ordering::Relaxed);
         if seq & 1 != 0
@@ -123,8 +135,9 @@ impl GapWitness {
         fence(Ordering::Release);
         p.state.store(state, Ordering::Relaxed);
         p.cpu.store(cpu as u32, Ordering::Relaxed);
-        p.tsc.store(tsc, Ordering::Relaxed);
-        p.ticks.store(ticks, Ordering::Relaxed);
+        p.tsc.store(w.tsc, Ordering::Relaxed);
+        p.ticks.store(w.ticks, Ordering::Relaxed);
+        p.skew_ns.store(w.skew_ns, Ordering::Relaxed);
         p.seq.store(seq.wrapping_add(2), Ordering::Release);
     }
 }
@@ -143,24 +156,32 @@ mod tests {
         assert!(took_a_pause(60_000_000, 27_462_000));
     }
 
+    fn pair(tsc: u64, ticks: u64) -> Witnessed {
+        Witnessed {
+            tsc,
+            ticks,
+            skew_ns: 0,
+        }
+    }
+
     #[test]
     fn a_pair_serves_its_cpu_and_state_only() {
         let w = GapWitness::new();
         assert!(matches!(w.get(1, false, 7), Ok(None)));
-        w.record(1, false, 7, 1_000, 50);
-        assert!(matches!(w.get(1, false, 7), Ok(Some((1_000, 50)))));
+        w.record(1, false, 7, pair(1_000, 50));
+        assert_eq!(w.get(1, false, 7).ok(), Some(Some(pair(1_000, 50))));
         // Another state word (a switch), another CPU sharing the entry.
         assert!(matches!(w.get(1, false, 8), Ok(None)));
         assert!(matches!(w.get(1 + PER_CPU_SLOTS, false, 7), Ok(None)));
         // Shared (TSCs agree): any CPU's pair.
-        w.record(3, true, 7, 2_000, 60);
-        assert!(matches!(w.get(5, true, 7), Ok(Some((2_000, 60)))));
+        w.record(3, true, 7, pair(2_000, 60));
+        assert_eq!(w.get(5, true, 7).ok(), Some(Some(pair(2_000, 60))));
         // A pair being written (an interrupted writer on this CPU).
         let p = w.pair(1, false);
         p.seq.fetch_add(1, Ordering::SeqCst);
         assert!(w.get(1, false, 7).is_err());
-        w.record(1, false, 7, 3_000, 70);
+        w.record(1, false, 7, pair(3_000, 70));
         p.seq.fetch_add(1, Ordering::SeqCst);
-        assert!(matches!(w.get(1, false, 7), Ok(Some((1_000, 50)))));
+        assert_eq!(w.get(1, false, 7).ok(), Some(Some(pair(1_000, 50))));
     }
 }

@@ -214,6 +214,9 @@ pub struct Clock<H: Hardware + Clone> {
     /// across one now (one gap counts once).
     pub(crate) unmeasured_gaps: AtomicU32,
     pub(crate) in_unmeasured_gap: AtomicBool,
+    /// The TSC is demoted for a fault of its own (not for going
+    /// unsupervised) and not re-admitted since: it measures no gaps.
+    pub(crate) tsc_faulted: AtomicBool,
 }
 
 impl<H: Hardware + Clone> fmt::Debug for Clock<H> {
@@ -236,6 +239,15 @@ impl<H: Hardware + Clone> Clock<H> {
     /// gaps and windows between other counters' reads.
     pub(crate) fn tsc_scale(&self) -> Option<Scale> {
         self.scale_of(SourceId::Tsc.index())
+    }
+
+    /// [`tsc_scale`](Self::tsc_scale) where the TSC may measure other
+    /// counters' gaps: not while it is demoted for a fault of its own (a
+    /// wrong rate, a step), which would place wraps that never happened.
+    /// Interrupt-safe: yes.
+    pub(crate) fn gap_tsc_scale(&self) -> Option<Scale> {
+        self.tsc_scale()
+            .filter(|_| !self.tsc_faulted.load(Ordering::Acquire))
     }
 
     /// Source `i`'s scale (ticks to ns) now.
@@ -292,6 +304,10 @@ impl<H: Hardware + Clone> Clock<H> {
         };
         // The timeline starts at 0 below: steal time is judged on it.
         let steal = steal::Steal::probe(&hw, settings.steal);
+        // A TSC the probe demoted for a fault of its own measures no gaps.
+        let tsc_faulted = report.get(SourceId::Tsc).is_some_and(|c| {
+            matches!(c.verdict, crate::Verdict::Demoted { reason, .. } if reason != crate::Demotion::Unsupervised)
+        });
         let clock = Clock {
             steal,
             backends,
@@ -326,6 +342,7 @@ impl<H: Hardware + Clone> Clock<H> {
             publish_requested: AtomicBool::new(false),
             gap_witness: gap_witness::GapWitness::new(),
             unmeasured_gaps: AtomicU32::new(0),
+            tsc_faulted: AtomicBool::new(tsc_faulted),
             in_unmeasured_gap: AtomicBool::new(false),
         };
         // The timeline starts at 0 on the selected source (whatever a
@@ -546,7 +563,12 @@ impl<H: Hardware + Clone> Clock<H> {
         if let Some((tsc, base)) = device_base {
             // The base is the device's first pair on the new timeline.
             let (cpu, shared) = (self.hw.cpu_index(), self.tscs_agree());
-            self.gap_witness.record(cpu, shared, next, tsc, base);
+            let w = gap_witness::Witnessed {
+                tsc,
+                ticks: base,
+                skew_ns: 0,
+            };
+            self.gap_witness.record(cpu, shared, next, w);
         }
         self.state.store(next, Ordering::SeqCst);
         self.publish_opened(page);
@@ -564,7 +586,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 .filter(|v| *v <= read::BEFORE_ZERO)
         } else {
             let (src, scale) = (self.backends.source(id)?, self.scale_of(i)?);
-            Some(self.device_ns(i, scale, self.read_current_device(i, src)?))
+            Some(self.device_ns(i, scale, self.read_current_device(i, src).ok()?))
         }
     }
 

@@ -31,18 +31,36 @@ pub(crate) const ID_MASK: u32 = 0x7F;
 /// nor a new-timeline one from before it was set.
 pub(crate) const SWITCHING: u32 = 0x80;
 
-/// The most a pair's TSC and its count may lie apart (the device read's
-/// time): a slower reading is no pair, and one after a gap is retried.
-/// Trapping reads take µs; a nested hypervisor's ~250 µs.
-const PAIR_SKEW_NS: u64 = 2_000_000;
+/// The time a device read after a gap may take (its count lying that
+/// much after its TSC) beyond what the pair's own read took, before a
+/// reading the estimate did not place is retried rather than taken as
+/// the TSC's fault. Trapping reads take µs; a nested hypervisor's ~250 µs.
+pub(crate) const READ_SKEW_NS: u64 = 2_000_000;
 
 /// How far from the TSC's estimate of a device's count after a gap of
 /// `gap_ns` its reading may be placed: the TSC rate's error over the gap
 /// (1,000 ppm, four times the most a supervised TSC's calibration may be
-/// off), and the skew of the two readings it pairs (each at most
-/// [`PAIR_SKEW_NS`]).
-const fn estimate_within(gap_ns: u64) -> u64 {
-    gap_ns / 1_000 + 2 * PAIR_SKEW_NS
+/// off), the skew of the pair's read (`pair_skew_ns`) and that of this
+/// read (as the pair's, or [`READ_SKEW_NS`]).
+pub(crate) const fn estimate_within(gap_ns: u64, pair_skew_ns: u64) -> u64 {
+    let read_skew = if pair_skew_ns > READ_SKEW_NS {
+        pair_skew_ns
+    } else {
+        READ_SKEW_NS
+    };
+    (gap_ns / 1_000)
+        .saturating_add(pair_skew_ns)
+        .saturating_add(read_skew)
+}
+
+/// Why [`Clock::read_current_device`] gives no count now: a hold that
+/// passes (a pair being written, a gap nothing measured), or one that may
+/// last (a host whose reads are all slower than the gap's bound allows),
+/// which counts towards [`STUCK_READS`](crate::STUCK_READS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    Uncounted,
+    Counted,
 }
 
 /// Ticks from `base` to `ticks` of a forward-moving extended count, also
@@ -188,8 +206,10 @@ impl<H: Hardware + Clone> Clock<H> {
         ) else {
             return self.hold(cpu);
         };
-        let Some(ticks) = self.read_current_device(id, src) else {
-            return self.hold_uncounted(cpu);
+        let ticks = match self.read_current_device(id, src) {
+            Ok(ticks) => ticks,
+            Err(Hold::Uncounted) => return self.hold_uncounted(cpu),
+            Err(Hold::Counted) => return self.hold(cpu),
         };
         let v = self.device_ns(id, scale, ticks);
         if self.state.load(Acquire) != st {
@@ -211,12 +231,16 @@ impl<H: Hardware + Clone> Clock<H> {
     /// extension places the reading at the wrap nearest it
     /// ([`ClockSource::read_near`]), if within the measure's error
     /// ([`estimate_within`]): a TSC its hypervisor stepped lands a phantom
-    /// wrap only where the step is that close to whole wraps. Only fast
-    /// readings that are the device's count then become pairs; `None`
-    /// (hold) for one held across a gap nothing measured, for a slow read
-    /// after a gap, and while the pair stays busy. Where no TSC spans the
-    /// gap, or its measure disagrees with the count, wraps a gap hid may be
-    /// lost: counted in [`Clock::unmeasured_gaps`], as `max_read_interval`
+    /// wrap only where the step is that close to whole wraps, and a gap so
+    /// long that the error could hide a wrap (more than an eighth of one)
+    /// is not measured at all. Readings that are the device's count then
+    /// become pairs, with the time their read took; `Err` (hold) for one
+    /// held across a gap nothing measured, for a slow read the estimate
+    /// did not place (counted towards [`STUCK_READS`](crate::STUCK_READS):
+    /// on a host where every read is that slow the clock moves on), and
+    /// while the pair stays busy. Where no TSC spans the gap, or its
+    /// measure disagrees with the count, wraps a gap hid may be lost:
+    /// counted in [`Clock::unmeasured_gaps`], as `max_read_interval`
     /// warns.
     ///
     /// [`ClockSource::read_near`]: clockhal_core::ClockSource::read_near
@@ -224,55 +248,86 @@ impl<H: Hardware + Clone> Clock<H> {
         &self,
         i: usize,
         src: &dyn clockhal_core::ClockSource,
-    ) -> Option<u64> {
-        let (Some(interval), Some(tsc_scale), Some(scale)) =
-            (src.max_read_interval(), self.tsc_scale(), self.scale_of(i))
-        else {
+    ) -> Result<u64, Hold> {
+        let (Some(interval), Some(tsc_scale), Some(scale)) = (
+            src.max_read_interval(),
+            self.gap_tsc_scale(),
+            self.scale_of(i),
+        ) else {
             // No witness: a gap is at most found, and counted.
             let r = src.read_near(None);
             self.note_unmeasured_gap(!r.current);
-            return Some(r.ticks);
+            return Ok(r.ticks);
         };
         let state = self.state.load(Acquire);
         let (cpu, shared) = (self.hw.cpu_index(), self.tscs_agree());
         let tsc = self.hw.rdtsc();
         // A pair being written (by another CPU sharing it) may be the one
         // that measures a gap: hold rather than read without it.
-        let pair = self.gap_witness.get(cpu, shared, state).ok()?;
-        // A TSC behind the pair's (S3, a newer pair) measures nothing.
-        let estimate = pair.and_then(|(t0, n0)| {
-            let gap_ns = tsc_scale.ticks_to_ns(tsc.checked_sub(t0)?);
+        let pair = self
+            .gap_witness
+            .get(cpu, shared, state)
+            .map_err(|_| Hold::Uncounted)?;
+        // A TSC behind the pair's measures nothing: just behind, another
+        // CPU sharing it recorded a newer one; further (a TSC stepped
+        // back), a gap may have passed that nothing measures.
+        let mut unmeasurable = false;
+        let estimate = pair.and_then(|p| {
+            let Some(d) = tsc.checked_sub(p.tsc) else {
+                let back = scale.ns_to_ticks(tsc_scale.ticks_to_ns(p.tsc - tsc));
+                unmeasurable = back >= interval / 4;
+                return None;
+            };
+            let gap_ns = tsc_scale.ticks_to_ns(d);
             let gap = scale.ns_to_ticks(gap_ns);
-            (gap >= interval).then(|| Estimate {
-                ticks: n0.saturating_add(gap),
-                within: scale.ns_to_ticks(estimate_within(gap_ns)),
+            if gap < interval {
+                return None;
+            }
+            let within = scale.ns_to_ticks(estimate_within(gap_ns, p.skew_ns));
+            // An error that could hide a whole wrap (more than an eighth
+            // of one: a quarter of `interval`) measures no wraps.
+            unmeasurable = within > interval / 4;
+            (!unmeasurable).then_some(Estimate {
+                ticks: p.ticks.saturating_add(gap),
+                within,
             })
         });
         let r = src.read_near(estimate);
-        // A read that took more than an eighth of a wrap (a vCPU preempted
-        // or paused inside it; `took_a_pause`), or after a gap longer than
-        // the skew its estimate allows, may have been placed without the
-        // gap that passed meanwhile: not returned, not a pair. Its count
-        // is at most the truth, so the next reading, estimated from the
-        // pair before, moves on past it.
         let took_ns = tsc_scale.ticks_to_ns(self.hw.rdtsc().saturating_sub(tsc));
-        let slow = super::gap_witness::took_a_pause(took_ns, scale.ticks_to_ns(interval))
-            || (estimate.is_some() && took_ns > PAIR_SKEW_NS);
-        if !r.current || slow {
+        // The estimate did not place it: the TSC's measure was not the
+        // count's (a stepped TSC, or one whose rate changed), or this
+        // read was slower than the bound allowed.
+        let unplaced = estimate.is_some_and(|e| r.ticks.abs_diff(e.ticks) > e.within);
+        // A read that took more than an eighth of a wrap (a vCPU preempted
+        // or paused inside it; `took_a_pause`), or one the estimate did not
+        // place and slower than its bound allowed, may have been placed
+        // without the gap that passed meanwhile: not returned, not a pair.
+        // Its count is at most the truth, so the next reading, estimated
+        // from the pair before, moves on past it.
+        if super::gap_witness::took_a_pause(took_ns, scale.ticks_to_ns(interval)) {
             self.note_unmeasured_gap(!r.current && estimate.is_none());
-            return None;
+            return Err(Hold::Uncounted);
         }
-        if estimate.is_some_and(|e| r.ticks.abs_diff(e.ticks) > e.within) {
-            // The TSC's measure was not the count's (a stepped TSC, or one
-            // whose rate changed): placed by the count alone, which loses
-            // any whole wraps the gap held.
+        if unplaced && took_ns > pair.map_or(0, |p| p.skew_ns).max(READ_SKEW_NS) {
+            return Err(Hold::Counted);
+        }
+        if !r.current {
+            self.note_unmeasured_gap(estimate.is_none());
+            return Err(Hold::Uncounted);
+        }
+        if unplaced || unmeasurable {
+            // Placed by the count alone, which loses any whole wraps the
+            // gap held.
             self.unmeasured_gaps.fetch_add(1, Relaxed);
         }
         self.note_unmeasured_gap(false);
-        if took_ns <= PAIR_SKEW_NS {
-            self.gap_witness.record(cpu, shared, state, tsc, r.ticks);
-        }
-        Some(r.ticks)
+        let w = super::gap_witness::Witnessed {
+            tsc,
+            ticks: r.ticks,
+            skew_ns: took_ns,
+        };
+        self.gap_witness.record(cpu, shared, state, w);
+        Ok(r.ticks)
     }
 
     /// Counts a gap nothing measured once, at its first held reading.

@@ -145,6 +145,10 @@ impl<H: Hardware + Clone> Clock<H> {
         if let Some(c) = self.report.lock().get_mut(id) {
             c.readmit();
         }
+        if self.backends.raw_tsc(id) {
+            self.tsc_faulted
+                .store(false, core::sync::atomic::Ordering::Release);
+        }
         self.reselect_held();
         Some(id)
     }

@@ -43,6 +43,7 @@ impl<H: Hardware + Clone> Clock<H> {
                 None | Some(Unusable::NotInvariantRateUncertain { .. })
             )
             && self.source_id() != SourceId::Tsc
+            && !self.tsc_faulted.load(core::sync::atomic::Ordering::Acquire)
             && !self.conditional(ref_id)
             && self.backends.domain(ref_id) != CounterDomain::Tsc;
         if !wanted || paused {

@@ -40,6 +40,9 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Marks `id` demoted in the live report.
     pub(crate) fn demote(&self, id: SourceId, reason: Demotion) {
+        if self.backends.raw_tsc(id) && reason != Demotion::Unsupervised {
+            self.tsc_faulted.store(true, Ordering::Release);
+        }
         if let Some(c) = self.report.lock().get_mut(id) {
             c.demote(reason);
         }

@@ -458,7 +458,7 @@ impl<H: Hardware + Clone> Clock<H> {
         // Two CPUs' TSCs measure a gap only where they agree.
         let same_tsc = then_cpu == cpu || self.tscs_agree();
         let by_tsc = self
-            .tsc_scale()
+            .gap_tsc_scale()
             .filter(|_| same_tsc)
             .map(|s| s.ticks_to_ns(tsc.saturating_sub(then_tsc)));
         let by_wide = match (then_wide, wide) {
@@ -553,7 +553,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(g) = gap_ns.or(by_timeline) else {
             return;
         };
-        let tsc_scale = self.tsc_scale();
+        let tsc_scale = self.gap_tsc_scale();
         for id in ids.iter().flatten().copied().filter(|id| *id != cur) {
             let (Some(src), Some(scale)) = (sources[id.index()], self.scale_of(id.index())) else {
                 continue;
@@ -566,9 +566,22 @@ impl<H: Hardware + Clone> Clock<H> {
             let since = tsc_scale.map_or(0, |s| {
                 s.ticks_to_ns(self.hw.rdtsc_ordered().saturating_sub(tick_tsc))
             });
-            let span = scale.ns_to_ticks(g.saturating_add(since));
+            let span_ns = g.saturating_add(since);
+            let span = scale.ns_to_ticks(span_ns);
             if span >= interval {
-                let _ = src.read_spanning(span);
+                // The span is measured from the last tick, not from the
+                // member's last value (a round that held it is older): it
+                // is placed within an eighth of a wrap, and only where the
+                // TSC rate's error over it is below that (a span an hour
+                // long by a stepped TSC places no wraps).
+                let eighth = interval / 4;
+                let rate_error = super::read::estimate_within(span_ns, super::read::READ_SKEW_NS);
+                let within = if scale.ns_to_ticks(rate_error) <= eighth {
+                    eighth
+                } else {
+                    u64::MAX
+                };
+                let _ = src.read_spanning(span, within);
             }
         }
     }

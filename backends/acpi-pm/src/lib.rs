@@ -281,9 +281,9 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
         Some(self.ext.max_read_interval())
     }
 
-    fn read_spanning(&self, span: u64) -> u64 {
+    fn read_spanning(&self, span: u64, within: u64) -> u64 {
         match self.raw_now() {
-            Some(v) => self.ext.extend_spanning(v as u64, span),
+            Some(v) => self.ext.extend_spanning(v as u64, span, within),
             None => self.ext.last(),
         }
     }

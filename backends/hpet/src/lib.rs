@@ -199,9 +199,9 @@ impl<H: Hardware> ClockSource for Hpet<H> {
         self.ext.extend(counter(&self.hw, self.region, self.wide))
     }
 
-    fn read_spanning(&self, span: u64) -> u64 {
+    fn read_spanning(&self, span: u64, within: u64) -> u64 {
         self.ext
-            .extend_spanning(counter(&self.hw, self.region, self.wide), span)
+            .extend_spanning(counter(&self.hw, self.region, self.wide), span, within)
     }
 
     fn read_near(&self, estimate: Option<Estimate>) -> Extended {

@@ -89,7 +89,13 @@ fn run<C: Cell64>(case: &Case) {
                 } else {
                     truth.saturating_add(err)
                 };
-                let r = ext.extend_near(truth & mask, Some(Estimate::loose(e)));
+                let r = ext.extend_near(
+                    truth & mask,
+                    Some(Estimate {
+                        ticks: e,
+                        within: wrap / 8,
+                    }),
+                );
                 assert_eq!(
                     (r.ticks, r.current),
                     (truth, true),
@@ -102,7 +108,13 @@ fn run<C: Cell64>(case: &Case) {
             }
             Op::Gap(..) => {}
             Op::Near(raw, estimate) => {
-                let r = ext.extend_near(raw, estimate.map(Estimate::loose));
+                let r = ext.extend_near(
+                    raw,
+                    estimate.map(|ticks| Estimate {
+                        ticks,
+                        within: (mask / 8).saturating_add(1),
+                    }),
+                );
                 // A 64-bit counter's values wrap with it; a narrower one's
                 // extension never goes back.
                 let step = r.ticks.wrapping_sub(truth);
