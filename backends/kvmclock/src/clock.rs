@@ -470,6 +470,22 @@ impl<H: Hardware> Kvmclock<H> {
                 // jump check (an independent reference) stands behind it.
                 let last = baseline.or_else(|| if ordered { self.last_accepted() } else { None });
                 let new = s.map();
+                let epoch = self.epoch.load(Acquire);
+                // These very parameters were judged already (by another
+                // reader of this backend, e.g. a watchdog round that read
+                // first after QEMU's cont): taken as judged. Judged again,
+                // what that reader returned through them since would look
+                // like a step back from their own anchor.
+                if let Some(m) =
+                    new.filter(|m| self.judge.accepted_for(s.version, epoch) == Some(*m))
+                {
+                    return Ok(MapNow {
+                        tag: s.version,
+                        map: m,
+                        ordered,
+                        tsc: s.tsc,
+                    });
+                }
                 // Continuity is judged where the host anchored the update
                 // (its tsc_timestamp): what the old parameters predict there
                 // against the new system_time. Judged at this read's TSC
@@ -484,7 +500,7 @@ impl<H: Hardware> Kvmclock<H> {
                 // `None` is below any value: the larger of the two known.
                 let returned = returned.max(self.returned());
                 self.judge
-                    .judge_after(last, returned, new, at, s.version, self.epoch.load(Acquire))
+                    .judge_after(last, returned, new, at, s.version, epoch)
                     .map_err(ReadMiss::Rejected)?
             }
         };
