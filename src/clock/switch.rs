@@ -6,7 +6,7 @@
 
 use super::watchdog::State;
 use super::{Clock, SWITCH_MARGIN_NS};
-use crate::{Demotion, Report, SourceId};
+use crate::{Demotion, Report, SourceId, MAX_CANDIDATES};
 use clockhal_x86::Hardware;
 use core::sync::atomic::Ordering;
 
@@ -61,8 +61,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if self.forced.load(Ordering::Acquire) {
             return None;
         }
-        let report: Report = *self.report.lock();
-        let to = crate::select::best(&report, |c| c.id != id)?;
+        let to = self.best_counting(id)?;
         if let Demotion::Jumped { .. } = reason {
             // A reading that jumped is no evidence of the time: the new
             // source starts from what the floors and the anchor's
@@ -77,6 +76,22 @@ impl<H: Hardware + Clone> Clock<H> {
             self.switch_to(to);
         }
         Some(to)
+    }
+
+    /// The best eligible source other than `id` that counts: a device
+    /// found stopped (firmware halted it while no round read it) is
+    /// demoted as the watchdog would have and the next best is taken.
+    fn best_counting(&self, id: SourceId) -> Option<SourceId> {
+        for _ in 0..MAX_CANDIDATES {
+            let report: Report = *self.report.lock();
+            let to = crate::select::best(&report, |c| c.id != id)?;
+            if self.backends.raw_tsc(to) || self.counting(to) {
+                return Some(to);
+            }
+            let fault = clockhal_core::Fault::Stopped;
+            self.demote(to, Demotion::Watchdog { fault, against: id });
+        }
+        None
     }
 
     /// From a read path (no watchdog tick at hand): demotes the current

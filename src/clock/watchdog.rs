@@ -156,7 +156,7 @@ pub enum WatchdogEvent {
 pub(crate) use super::readmit::can_be_member;
 
 /// Reads of the jump check's anchor device that decide it stopped, at
-/// most, and the TSC time they may take ([`Clock::anchor_counting`]): a
+/// most, and the TSC time they may take ([`Clock::counting`]): a
 /// 10 MHz counter (the Hyper-V MSR's, the slowest wide one) ticks 1,000
 /// times in it.
 const ALIVE_READS: u32 = 64;
@@ -804,7 +804,7 @@ impl<H: Hardware + Clone> Clock<H> {
             .saturating_add(ref_ns / 100)
             .saturating_add(1_000_000_000);
         let claimed = v.saturating_sub(then);
-        if claimed > allowed && self.anchor_counting(id) {
+        if claimed > allowed && self.counting(id) {
             return Err(Some(claimed - allowed));
         }
         if claimed > allowed {
@@ -857,7 +857,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if tsc.saturating_sub(devices) > self.settings.max_jump.as_nanos() {
             // Unverified either way; a stopped device must not be where
             // the clock goes next.
-            if !self.anchor_counting(id) {
+            if !self.counting(id) {
                 self.anchor_failed(st, id, Fault::Stopped);
             }
             return true;
@@ -886,14 +886,15 @@ impl<H: Hardware + Clone> Clock<H> {
         }
     }
 
-    /// Whether the anchor's device `id`, which counted less than the
-    /// current source claims, is counting at all: its reading changes
-    /// within 100 µs by the TSC (at most [`ALIVE_READS`] reads). One that
-    /// stopped witnesses nothing: it is [`anchor_failed`](Self::anchor_failed).
-    /// Without a TSC rate to bound the wait it is taken as counting.
+    /// Whether the counter `id` (the anchor's device, which counted less
+    /// than the current source claims; a switch's target) is counting at
+    /// all: its reading changes within 100 µs by the TSC (at most
+    /// [`ALIVE_READS`] reads). A stopped anchor witnesses nothing: it is
+    /// [`anchor_failed`](Self::anchor_failed). Without a TSC rate to bound
+    /// the wait it is taken as counting.
     /// Interrupt-safe: yes (bounded device reads).
     #[cold]
-    fn anchor_counting(&self, id: SourceId) -> bool {
+    pub(super) fn counting(&self, id: SourceId) -> bool {
         let (Some(src), Some(tsc)) = (self.backends.source(id), self.tsc_scale()) else {
             return true;
         };
