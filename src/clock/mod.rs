@@ -214,8 +214,8 @@ pub struct Clock<H: Hardware + Clone> {
     /// across one now (one gap counts once).
     pub(crate) unmeasured_gaps: AtomicU32,
     pub(crate) in_unmeasured_gap: AtomicBool,
-    /// The TSC is demoted for a fault of its own (not for going
-    /// unsupervised) and not re-admitted since: it measures no gaps.
+    /// The TSC is demoted and not re-admitted since: it measures no
+    /// gaps.
     pub(crate) tsc_faulted: AtomicBool,
 }
 
@@ -242,8 +242,9 @@ impl<H: Hardware + Clone> Clock<H> {
     }
 
     /// [`tsc_scale`](Self::tsc_scale) where the TSC may measure other
-    /// counters' gaps: not while it is demoted for a fault of its own (a
-    /// wrong rate, a step), which would place wraps that never happened.
+    /// counters' gaps: not while it is demoted (a wrong rate, a step, or
+    /// unverified since its ticks stopped), which would place wraps that
+    /// never happened.
     /// Interrupt-safe: yes.
     pub(crate) fn gap_tsc_scale(&self) -> Option<Scale> {
         self.tsc_scale()
@@ -304,10 +305,10 @@ impl<H: Hardware + Clone> Clock<H> {
         };
         // The timeline starts at 0 below: steal time is judged on it.
         let steal = steal::Steal::probe(&hw, settings.steal);
-        // A TSC the probe demoted for a fault of its own measures no gaps.
-        let tsc_faulted = report.get(SourceId::Tsc).is_some_and(|c| {
-            matches!(c.verdict, crate::Verdict::Demoted { reason, .. } if reason != crate::Demotion::Unsupervised)
-        });
+        // A TSC the probe demoted measures no gaps.
+        let tsc_faulted = report
+            .get(SourceId::Tsc)
+            .is_some_and(|c| matches!(c.verdict, crate::Verdict::Demoted { .. }));
         let clock = Clock {
             steal,
             backends,

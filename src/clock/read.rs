@@ -270,24 +270,27 @@ impl<H: Hardware + Clone> Clock<H> {
             .map_err(|_| Hold::Uncounted)?;
         // A TSC behind the pair's measures nothing: just behind, another
         // CPU sharing it recorded a newer one; further (a TSC stepped
-        // back), a gap may have passed that nothing measures.
-        let mut unmeasurable = false;
+        // back, or so far ahead that it wrapped), a gap may have passed
+        // that nothing measures.
+        let mut tsc_broken = false;
         let estimate = pair.and_then(|p| {
             let Some(d) = tsc.checked_sub(p.tsc) else {
                 let back = scale.ns_to_ticks(tsc_scale.ticks_to_ns(p.tsc - tsc));
-                unmeasurable = back >= interval / 4;
+                tsc_broken = back >= interval / 4;
                 return None;
             };
             let gap_ns = tsc_scale.ticks_to_ns(d);
+            // (A "gap" of decades: a TSC stepped back across zero.)
+            tsc_broken = gap_ns > clockhal_core::timeline::FAR_BEFORE_ZERO_NS;
             let gap = scale.ns_to_ticks(gap_ns);
             if gap < interval {
                 return None;
             }
             let within = scale.ns_to_ticks(estimate_within(gap_ns, p.skew_ns));
             // An error that could hide a whole wrap (more than an eighth
-            // of one: a quarter of `interval`) measures no wraps.
-            unmeasurable = within > interval / 4;
-            (!unmeasurable).then_some(Estimate {
+            // of one: a quarter of `interval`) measures no wraps: as
+            // without an estimate (another CPU may have read since).
+            (within <= interval / 4).then_some(Estimate {
                 ticks: p.ticks.saturating_add(gap),
                 within,
             })
@@ -315,18 +318,27 @@ impl<H: Hardware + Clone> Clock<H> {
             self.note_unmeasured_gap(estimate.is_none());
             return Err(Hold::Uncounted);
         }
-        if unplaced || unmeasurable {
-            // Placed by the count alone, which loses any whole wraps the
-            // gap held.
+        if (unplaced || tsc_broken) && !self.in_unmeasured_gap.load(Relaxed) {
+            // Placed by the count alone where the TSC said a gap passed,
+            // or could not say: any whole wraps it held are lost.
             self.unmeasured_gaps.fetch_add(1, Relaxed);
         }
         self.note_unmeasured_gap(false);
-        let w = super::gap_witness::Witnessed {
-            tsc,
-            ticks: r.ticks,
-            skew_ns: took_ns,
-        };
-        self.gap_witness.record(cpu, shared, state, w);
+        // The pair that estimates best from now on: this one, unless the
+        // one it would replace is still tighter (its read's skew against
+        // this one's, plus the TSC rate's error over its age).
+        let tighter = pair.is_some_and(|p| {
+            let age_ns = tsc_scale.ticks_to_ns(tsc.saturating_sub(p.tsc));
+            took_ns > p.skew_ns.saturating_add(age_ns / 1_000)
+        });
+        if !tighter {
+            let w = super::gap_witness::Witnessed {
+                tsc,
+                ticks: r.ticks,
+                skew_ns: took_ns,
+            };
+            self.gap_witness.record(cpu, shared, state, w);
+        }
         Ok(r.ticks)
     }
 

@@ -40,7 +40,10 @@ impl<H: Hardware + Clone> Clock<H> {
 
     /// Marks `id` demoted in the live report.
     pub(crate) fn demote(&self, id: SourceId, reason: Demotion) {
-        if self.backends.raw_tsc(id) && reason != Demotion::Unsupervised {
+        if self.backends.raw_tsc(id) {
+            // Demoted for its own fault, or unverified (a supervised TSC
+            // whose ticks stopped may have changed rate since): it
+            // measures no gaps until re-admitted.
             self.tsc_faulted.store(true, Ordering::Release);
         }
         if let Some(c) = self.report.lock().get_mut(id) {

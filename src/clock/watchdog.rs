@@ -52,6 +52,10 @@ pub(crate) struct State {
     last_tick: Option<(u64, usize, WideReading)>,
     /// The clock's timeline at the last round that read the members.
     last_round_ns: Option<u64>,
+    /// Members whose wraps over a gap nothing could place, with their
+    /// extension's value then: out of the rounds until it moves on from
+    /// it (until then its count may hold, which is no "stopped").
+    unplaced: [Option<u64>; MAX_CANDIDATES],
 }
 
 impl State {
@@ -64,6 +68,7 @@ impl State {
             readmission: super::readmit::Readmission::new(),
             last_tick: None,
             last_round_ns: None,
+            unplaced: [None; MAX_CANDIDATES],
         }
     }
 }
@@ -359,14 +364,21 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(ref_src) = sources[ref_id.index()] else {
             return WatchdogEvent::Inactive;
         };
-        self.span_gap(
-            &mut st.last_round_ns,
+        let unplaced = self.span_gap(
+            (&mut st.last_round_ns, &mut st.unplaced),
             (gap_ns, tick_tsc),
             &ids[..n],
             cur,
             &sources,
         );
-        let Some(round) = self.take_round(ref_src, reference, &ids[..n], &sources, &served) else {
+        // A member whose wraps over the gap nothing could place sits the
+        // round out (its count now is no count of the interval); the
+        // reference cannot.
+        let served = |id: SourceId| served(id) && !unplaced[id.index()];
+        let round = (!unplaced[ref_id.index()])
+            .then(|| self.take_round(ref_src, reference, &ids[..n], &sources, &served))
+            .flatten();
+        let Some(round) = round else {
             // The reference is held across a gap nothing measured: no count
             // of now to judge against, and none to start from.
             core.restart();
@@ -531,17 +543,34 @@ impl<H: Hardware + Clone> Clock<H> {
     /// measure of the gap ([`tick_gap`](Self::tick_gap)), the clock's own
     /// timeline since the last such round measures it, where its readings
     /// compare across CPUs (the current device's gap was recovered on this
-    /// CPU's own TSC).
+    /// CPU's own TSC). Returns the members whose gap was too long for the
+    /// measure to place their wraps (its error past an eighth of a wrap):
+    /// they sit the round out.
     fn span_gap(
         &self,
-        last_round_ns: &mut Option<u64>,
+        (last_round_ns, held): (&mut Option<u64>, &mut [Option<u64>; MAX_CANDIDATES]),
         (gap_ns, tick_tsc): (Option<u64>, u64),
         ids: &[Option<SourceId>],
         cur: SourceId,
         sources: &crate::candidate::Sources<'_>,
-    ) {
+    ) -> [bool; MAX_CANDIDATES] {
+        let mut unplaced = [false; MAX_CANDIDATES];
         if !self.mapped[cur.index()] {
             self.feed_current();
+        }
+        // Members out since a gap: back once their count moved on.
+        for (i, h) in held.iter_mut().enumerate() {
+            let Some(was) = *h else { continue };
+            if i == cur.index() {
+                // Current now: its reads keep it fed.
+                *h = None;
+                continue;
+            }
+            let src = SourceId::from_index(i).and_then(|id| sources[id.index()]);
+            match src.map(|s| s.read_near(None)) {
+                Some(r) if !r.current || r.ticks == was => unplaced[i] = true,
+                _ => *h = None,
+            }
         }
         let timeline = self
             .verified_now_ns()
@@ -551,7 +580,7 @@ impl<H: Hardware + Clone> Clock<H> {
             .zip(then)
             .map(|(now, then)| now.saturating_sub(then));
         let Some(g) = gap_ns.or(by_timeline) else {
-            return;
+            return unplaced;
         };
         let tsc_scale = self.gap_tsc_scale();
         for id in ids.iter().flatten().copied().filter(|id| *id != cur) {
@@ -576,14 +605,18 @@ impl<H: Hardware + Clone> Clock<H> {
                 // long by a stepped TSC places no wraps).
                 let eighth = interval / 4;
                 let rate_error = super::read::estimate_within(span_ns, super::read::READ_SKEW_NS);
-                let within = if scale.ns_to_ticks(rate_error) <= eighth {
-                    eighth
+                if scale.ns_to_ticks(rate_error) <= eighth {
+                    let _ = src.read_spanning(span, eighth);
                 } else {
-                    u64::MAX
-                };
-                let _ = src.read_spanning(span, within);
+                    // Too long to place its wraps: read as it comes (its
+                    // next intervals start where it counts again), sitting
+                    // the rounds out until then.
+                    held[id.index()] = Some(src.read_near(None).ticks);
+                    unplaced[id.index()] = true;
+                }
             }
         }
+        unplaced
     }
 
     /// One round: the reference, every other member, the reference; the
@@ -898,9 +931,20 @@ impl<H: Hardware + Clone> Clock<H> {
         let (Some(src), Some(tsc)) = (self.backends.source(id), self.tsc_scale()) else {
             return true;
         };
-        let (first, start) = (src.read(), self.hw.rdtsc());
+        // What this CPU cannot read (an unregistered kvmclock area), and a
+        // software extension that holds across a gap (its raw count
+        // behind its last value), tell nothing: taken as counting.
+        if !self.backends.serves(id, self.hw.cpu_index()) {
+            return true;
+        }
+        let first = src.read_near(None);
+        if !first.current {
+            return true;
+        }
+        let start = self.hw.rdtsc();
         for _ in 0..ALIVE_READS {
-            if src.read() != first {
+            let r = src.read_near(None);
+            if !r.current || r.ticks != first.ticks {
                 return true;
             }
             if tsc.ticks_to_ns(self.hw.rdtsc().wrapping_sub(start)) >= ALIVE_WAIT_NS {
@@ -950,6 +994,7 @@ impl<H: Hardware + Clone> Clock<H> {
         st.refine = None;
         st.core = None;
         st.last_round_ns = None;
+        st.unplaced = [None; MAX_CANDIDATES];
         st.readmission.restart();
     }
 

@@ -471,17 +471,19 @@ impl<H: Hardware> Kvmclock<H> {
                 let last = baseline.or_else(|| if ordered { self.last_accepted() } else { None });
                 let new = s.map();
                 let epoch = self.epoch.load(Acquire);
-                // These very parameters were judged already (by another
-                // reader of this backend, e.g. a watchdog round that read
-                // first after QEMU's cont): taken as judged. Judged again,
-                // what that reader returned through them since would look
-                // like a step back from their own anchor.
-                if let Some(m) =
-                    new.filter(|m| self.judge.accepted_for(s.version, epoch) == Some(*m))
-                {
+                // This CPU's version was judged already by this clock's own
+                // reader (a watchdog round that read first after QEMU's
+                // cont): taken as judged there. Judged again, what that
+                // reader returned through it since would look like a step
+                // back from the update's own anchor.
+                let own = self
+                    .timeline
+                    .last_map(self.hw.slot_pool(), cpu, epoch)
+                    .filter(|l| l.current && l.tag == s.version);
+                if let Some(l) = own {
                     return Ok(MapNow {
                         tag: s.version,
-                        map: m,
+                        map: l.map,
                         ordered,
                         tsc: s.tsc,
                     });
