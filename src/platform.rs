@@ -282,10 +282,14 @@ impl<'a> Platform<'a> {
     /// no OS reference — QEMU `-M microvm,pit=off` under TCG, where Linux
     /// finds no clock to calibrate against. It costs two to three seconds
     /// of boot (three edges; up to six, some six seconds, where a loaded
-    /// host's preemptions widen the edges' windows) and gives the rate to
-    /// within 100 ppm (the edges' poll windows over the span, plus the RTC's
-    /// own rate error: its host's clock when emulated, a PC crystal's
-    /// ±20-100 ppm).
+    /// host's preemptions widen the edges' windows), and one edge wait
+    /// (1.1 s at 10 GHz of TSC ticks: 5.5 s on a 2 GHz TSC) where the RTC
+    /// never ticks. The rate is within its stated uncertainty (the
+    /// report's `±` ppm: the edges' poll windows over the span): on a quiet
+    /// host 100 ppm or better; a host that preempts the vCPU for a
+    /// millisecond every few hundred TSC reads widens it to ~250 ppm, as
+    /// stated. Not counted: the RTC's own rate error (its host's clock
+    /// when emulated, a PC crystal's ±20-100 ppm).
     /// Ports 0x70/0x71 are read during the probe only then (status A and
     /// the time registers, as
     /// [`Clock::set_wall_clock_from_rtc`](crate::Clock::set_wall_clock_from_rtc)
