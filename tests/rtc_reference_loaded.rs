@@ -58,7 +58,9 @@ fn a_loaded_host_gets_a_rate_within_its_stated_uncertainty() {
     let tsc = r.get(SourceId::Tsc).unwrap();
     let err = rate_error_ppm(tsc.frequency().unwrap(), true_hz);
     let clockhal::Note::Tsc {
-        rate: clockhal::tsc::RateProvenance::Calibrated { uncertainty_ppm, .. },
+        rate: clockhal::tsc::RateProvenance::Calibrated {
+            uncertainty_ppm, ..
+        },
         ..
     } = tsc.note
     else {

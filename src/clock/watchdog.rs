@@ -56,6 +56,9 @@ pub(crate) struct State {
     /// extension's value then: out of the rounds until it moves on from
     /// it (until then its count may hold, which is no "stopped").
     unplaced: [Option<u64>; MAX_CANDIDATES],
+    /// Per software-extended member: the clock's time when it began to
+    /// give rounds no count (held across a gap, unplaced).
+    out_since: [Option<u64>; MAX_CANDIDATES],
 }
 
 impl State {
@@ -69,6 +72,7 @@ impl State {
             last_tick: None,
             last_round_ns: None,
             unplaced: [None; MAX_CANDIDATES],
+            out_since: [None; MAX_CANDIDATES],
         }
     }
 }
@@ -166,6 +170,10 @@ pub(crate) use super::readmit::can_be_member;
 /// times in it.
 const ALIVE_READS: u32 = 64;
 const ALIVE_WAIT_NS: u64 = 100_000;
+
+/// How much longer than a wrap a software-extended member may give the
+/// rounds no count before it is taken as stopped: a tick period.
+const OUT_MARGIN_NS: u64 = 250_000_000;
 
 /// What the jump check's anchor device counted since the anchor.
 enum Elapsed {
@@ -374,10 +382,25 @@ impl<H: Hardware + Clone> Clock<H> {
         // A member whose wraps over the gap nothing could place sits the
         // round out (its count now is no count of the interval); the
         // reference cannot.
-        let served = |id: SourceId| served(id) && !unplaced[id.index()];
+        let readable = served;
+        let served = |id: SourceId| readable(id) && !unplaced[id.index()];
         let round = (!unplaced[ref_id.index()])
             .then(|| self.take_round(ref_src, reference, &ids[..n], &sources, &served))
             .flatten();
+        // Members this CPU can read that gave no count of now (held, or
+        // unplaced): out of the round, for a while at most.
+        let mut out = [false; MAX_CANDIDATES];
+        for (m, id) in ids[..n].iter().enumerate() {
+            let Some(id) = *id else { continue };
+            out[id.index()] = readable(id)
+                && sources[id.index()].is_some_and(|s| s.max_read_interval().is_some())
+                && match &round {
+                    Some(r) if m != reference => r.ticks[m].is_none(),
+                    Some(_) => false,
+                    None => m == reference,
+                };
+        }
+        self.out_too_long(&mut st.out_since, &mut st.unplaced, &out, cur);
         let Some(round) = round else {
             // The reference is held across a gap nothing measured: no count
             // of now to judge against, and none to start from.
@@ -617,6 +640,56 @@ impl<H: Hardware + Clone> Clock<H> {
             }
         }
         unplaced
+    }
+
+    /// Members `out` of this round: an honest extension held across a gap
+    /// counts again within a wrap (its raw count catches up with its last
+    /// value), so one that has given no count for longer than a wrap (and
+    /// a tick) of the clock's time stopped: demoted as the watchdog would
+    /// have, never left out of the rounds for good.
+    fn out_too_long(
+        &self,
+        out_since: &mut [Option<u64>; MAX_CANDIDATES],
+        unplaced: &mut [Option<u64>; MAX_CANDIDATES],
+        out: &[bool; MAX_CANDIDATES],
+        cur: SourceId,
+    ) {
+        if !out.contains(&true) && out_since.iter().all(Option::is_none) {
+            return;
+        }
+        // (The current source's reading now: the floors may date from
+        // before a gap nobody read across.)
+        let now = self.verified_now_ns().unwrap_or_else(|| self.high_water());
+        for (i, since) in out_since.iter_mut().enumerate() {
+            if !out[i] {
+                *since = None;
+                continue;
+            }
+            let began = *since.get_or_insert(now);
+            let Some(id) = SourceId::from_index(i) else {
+                continue;
+            };
+            let wrap_ns = self
+                .backends
+                .source(id)
+                .and_then(|s| s.max_read_interval())
+                .zip(self.scale_of(i))
+                .map_or(u64::MAX, |(half, scale)| {
+                    scale.ticks_to_ns(half.saturating_mul(2))
+                });
+            if now.saturating_sub(began) > wrap_ns.saturating_add(OUT_MARGIN_NS) {
+                *since = None;
+                unplaced[i] = None;
+                let fault = Fault::Stopped;
+                self.demote(
+                    id,
+                    Demotion::Watchdog {
+                        fault,
+                        against: cur,
+                    },
+                );
+            }
+        }
     }
 
     /// One round: the reference, every other member, the reference; the
@@ -995,6 +1068,7 @@ impl<H: Hardware + Clone> Clock<H> {
         st.core = None;
         st.last_round_ns = None;
         st.unplaced = [None; MAX_CANDIDATES];
+        st.out_since = [None; MAX_CANDIDATES];
         st.readmission.restart();
     }
 

@@ -471,23 +471,6 @@ impl<H: Hardware> Kvmclock<H> {
                 let last = baseline.or_else(|| if ordered { self.last_accepted() } else { None });
                 let new = s.map();
                 let epoch = self.epoch.load(Acquire);
-                // This CPU's version was judged already by this clock's own
-                // reader (a watchdog round that read first after QEMU's
-                // cont): taken as judged there. Judged again, what that
-                // reader returned through it since would look like a step
-                // back from the update's own anchor.
-                let own = self
-                    .timeline
-                    .last_map(self.hw.slot_pool(), cpu, epoch)
-                    .filter(|l| l.current && l.tag == s.version);
-                if let Some(l) = own {
-                    return Ok(MapNow {
-                        tag: s.version,
-                        map: l.map,
-                        ordered,
-                        tsc: s.tsc,
-                    });
-                }
                 // Continuity is judged where the host anchored the update
                 // (its tsc_timestamp): what the old parameters predict there
                 // against the new system_time. Judged at this read's TSC
@@ -501,6 +484,17 @@ impl<H: Hardware> Kvmclock<H> {
                 };
                 // `None` is below any value: the larger of the two known.
                 let returned = returned.max(self.returned());
+                // What was returned before this read, through any
+                // parameters and on any CPU, is a step back only from the
+                // new parameters *now*: values another reader took through
+                // them since lie above their anchor by the time since
+                // (after QEMU's cont, a watchdog round that read first).
+                let returned = match (returned, new) {
+                    (Some(r), Some(m)) => {
+                        Some(r.saturating_sub(m.apply(s.tsc).saturating_sub(m.apply(at))))
+                    }
+                    (r, _) => r,
+                };
                 self.judge
                     .judge_after(last, returned, new, at, s.version, epoch)
                     .map_err(ReadMiss::Rejected)?
