@@ -160,6 +160,11 @@ mod enabled {
     #[cfg(feature = "rtc")]
     const RTC_EDGE_MAX_TICKS: u64 = 11_000_000_000;
 
+    /// Edges a calibration's edge wait may take again after one it read
+    /// too late ([`RtcError::EdgeLost`](clockhal_rtc::RtcError)).
+    #[cfg(feature = "rtc")]
+    const RTC_EDGE_RETRIES: usize = 2;
+
     /// The TSC calibrated against the CMOS RTC's second edges
     /// ([`Platform::rtc_reference`](crate::Platform::rtc_reference)), if
     /// allowed and it works.
@@ -173,9 +178,21 @@ mod enabled {
         let hw = cx.hw;
         clockhal_tsc::calibrate_against_seconds(
             || {
-                let e = rtc
-                    .second_edge_on(|| hw.rdtsc_ordered(), RTC_EDGE_MAX_TICKS)
-                    .ok()?;
+                // A read that came too late after the edge, or registers
+                // caught changing, are bad luck: the next edge is taken.
+                // An RTC that does not tick is a miss (before any edge,
+                // the calibration's end).
+                let mut edge = rtc.second_edge_on(|| hw.rdtsc_ordered(), RTC_EDGE_MAX_TICKS);
+                for _ in 0..RTC_EDGE_RETRIES {
+                    if !matches!(
+                        edge,
+                        Err(clockhal_rtc::RtcError::EdgeLost | clockhal_rtc::RtcError::Unstable)
+                    ) {
+                        break;
+                    }
+                    edge = rtc.second_edge_on(|| hw.rdtsc_ordered(), RTC_EDGE_MAX_TICKS);
+                }
+                let e = edge.ok()?;
                 Some(clockhal_tsc::SecondEdge {
                     second: e.time.unix_seconds(),
                     tsc_from: e.from,
