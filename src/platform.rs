@@ -282,9 +282,10 @@ impl<'a> Platform<'a> {
     /// no OS reference — QEMU `-M microvm,pit=off` under TCG, where Linux
     /// finds no clock to calibrate against. It costs two to three seconds
     /// of boot (three edges; up to six, some six seconds, where a loaded
-    /// host's preemptions widen the edges' windows), and one edge wait
-    /// (1.1 s at 10 GHz of TSC ticks: 5.5 s on a 2 GHz TSC) where the RTC
-    /// never ticks. The rate is within its stated uncertainty (the
+    /// host's preemptions widen the edges' windows), and two edge waits
+    /// (1.1 s at 10 GHz of TSC ticks each: 11 s on a 2 GHz TSC) where the
+    /// RTC never ticks (one is taken again: a host pause across the first
+    /// edge looks the same). The rate is within its stated uncertainty (the
     /// report's `±` ppm: the edges' poll windows over the span): on a quiet
     /// host 100 ppm or better; a host that preempts the vCPU for a
     /// millisecond every few hundred TSC reads widens it to ~250 ppm, as

@@ -1,8 +1,9 @@
 //! The RTC as the TSC's calibration reference of last resort (QEMU
 //! `microvm,pit=off`) on a loaded host, and a broken RTC
 //! (`Platform::rtc_reference`): the rate is within its stated
-//! uncertainty however the host preempts the vCPU, and an RTC that never
-//! ticks costs one edge wait, not three (before: 16.5 s of boot).
+//! uncertainty however the host preempts the vCPU, an RTC that never
+//! ticks costs two edge waits, not three (before: 16.5 s of boot), and
+//! one host pause across the first edge is survived.
 #![cfg(all(feature = "rtc", feature = "tsc", feature = "pit"))]
 
 use clockhal::tsc::SyncStatus;
@@ -83,16 +84,16 @@ fn probe_time_with(rtc: RtcConfig) -> (u64, String) {
 }
 
 #[test]
-fn an_rtc_whose_update_flag_is_stuck_costs_one_edge_wait() {
+fn an_rtc_whose_update_flag_is_stuck_costs_two_edge_waits() {
     let (took, table) = probe_time_with(RtcConfig {
         uip_stuck: true,
         ..RtcConfig::qemu()
     });
-    assert!(took <= 7 * S, "probe took {took} ns\n{table}");
+    assert!(took <= 12 * S, "probe took {took} ns\n{table}");
 }
 
 #[test]
-fn an_rtc_whose_seconds_never_change_costs_one_edge_wait() {
+fn an_rtc_whose_seconds_never_change_costs_two_edge_waits() {
     let (took, table) = probe_time_with(RtcConfig::qemu().with_forced(0x00, 0x07));
-    assert!(took <= 7 * S, "probe took {took} ns\n{table}");
+    assert!(took <= 12 * S, "probe took {took} ns\n{table}");
 }

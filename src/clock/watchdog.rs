@@ -56,9 +56,9 @@ pub(crate) struct State {
     /// extension's value then: out of the rounds until it moves on from
     /// it (until then its count may hold, which is no "stopped").
     unplaced: [Option<u64>; MAX_CANDIDATES],
-    /// Per software-extended member: the clock's time when it began to
-    /// give rounds no count (held across a gap, unplaced).
-    out_since: [Option<u64>; MAX_CANDIDATES],
+    /// Per software-extended member that gives the rounds no count (held
+    /// across a gap, unplaced): the ticks since and their measured gaps.
+    out_for: [Option<(u32, u64)>; MAX_CANDIDATES],
 }
 
 impl State {
@@ -72,7 +72,7 @@ impl State {
             last_tick: None,
             last_round_ns: None,
             unplaced: [None; MAX_CANDIDATES],
-            out_since: [None; MAX_CANDIDATES],
+            out_for: [None; MAX_CANDIDATES],
         }
     }
 }
@@ -172,8 +172,11 @@ const ALIVE_READS: u32 = 64;
 const ALIVE_WAIT_NS: u64 = 100_000;
 
 /// How much longer than a wrap a software-extended member may give the
-/// rounds no count before it is taken as stopped: a tick period.
+/// rounds no count before it is taken as stopped: a tick period; and in
+/// at least this many ticks in a row (where ticks come further apart than
+/// half its wrap, an honest one held across a gap may miss a few).
 const OUT_MARGIN_NS: u64 = 250_000_000;
+const OUT_TICKS: u32 = 8;
 
 /// What the jump check's anchor device counted since the anchor.
 enum Elapsed {
@@ -372,7 +375,7 @@ impl<H: Hardware + Clone> Clock<H> {
         let Some(ref_src) = sources[ref_id.index()] else {
             return WatchdogEvent::Inactive;
         };
-        let unplaced = self.span_gap(
+        let (unplaced, fresh, tick_gap) = self.span_gap(
             (&mut st.last_round_ns, &mut st.unplaced),
             (gap_ns, tick_tsc),
             &ids[..n],
@@ -400,7 +403,12 @@ impl<H: Hardware + Clone> Clock<H> {
                     None => m == reference,
                 };
         }
-        self.out_too_long(&mut st.out_since, &mut st.unplaced, &out, cur);
+        self.out_too_long(
+            &mut st.out_for,
+            &mut st.unplaced,
+            (&out, &fresh, tick_gap),
+            cur,
+        );
         let Some(round) = round else {
             // The reference is held across a gap nothing measured: no count
             // of now to judge against, and none to start from.
@@ -576,8 +584,9 @@ impl<H: Hardware + Clone> Clock<H> {
         ids: &[Option<SourceId>],
         cur: SourceId,
         sources: &crate::candidate::Sources<'_>,
-    ) -> [bool; MAX_CANDIDATES] {
+    ) -> ([bool; MAX_CANDIDATES], [bool; MAX_CANDIDATES], Option<u64>) {
         let mut unplaced = [false; MAX_CANDIDATES];
+        let mut fresh = [false; MAX_CANDIDATES];
         if !self.mapped[cur.index()] {
             self.feed_current();
         }
@@ -603,7 +612,7 @@ impl<H: Hardware + Clone> Clock<H> {
             .zip(then)
             .map(|(now, then)| now.saturating_sub(then));
         let Some(g) = gap_ns.or(by_timeline) else {
-            return unplaced;
+            return (unplaced, fresh, None);
         };
         let tsc_scale = self.gap_tsc_scale();
         for id in ids.iter().flatten().copied().filter(|id| *id != cur) {
@@ -636,36 +645,46 @@ impl<H: Hardware + Clone> Clock<H> {
                     // the rounds out until then.
                     held[id.index()] = Some(src.read_near(None).ticks);
                     unplaced[id.index()] = true;
+                    fresh[id.index()] = true;
                 }
             }
         }
-        unplaced
+        (unplaced, fresh, Some(g))
     }
 
     /// Members `out` of this round: an honest extension held across a gap
     /// counts again within a wrap (its raw count catches up with its last
     /// value), so one that has given no count for longer than a wrap (and
-    /// a tick) of the clock's time stopped: demoted as the watchdog would
-    /// have, never left out of the rounds for good.
+    /// a tick) of measured tick gaps, over [`OUT_TICKS`] ticks in a row,
+    /// stopped: demoted as the watchdog would have, never left out of the
+    /// rounds for good. The count starts at the tick it went out, and again
+    /// at each new gap too long to place (`fresh`): those gaps are not
+    /// time it failed to count.
     fn out_too_long(
         &self,
-        out_since: &mut [Option<u64>; MAX_CANDIDATES],
+        out_for: &mut [Option<(u32, u64)>; MAX_CANDIDATES],
         unplaced: &mut [Option<u64>; MAX_CANDIDATES],
-        out: &[bool; MAX_CANDIDATES],
+        (out, fresh, tick_gap): (
+            &[bool; MAX_CANDIDATES],
+            &[bool; MAX_CANDIDATES],
+            Option<u64>,
+        ),
         cur: SourceId,
     ) {
-        if !out.contains(&true) && out_since.iter().all(Option::is_none) {
-            return;
-        }
-        // (The current source's reading now: the floors may date from
-        // before a gap nobody read across.)
-        let now = self.verified_now_ns().unwrap_or_else(|| self.high_water());
-        for (i, since) in out_since.iter_mut().enumerate() {
+        for (i, entry) in out_for.iter_mut().enumerate() {
             if !out[i] {
-                *since = None;
+                *entry = None;
                 continue;
             }
-            let began = *since.get_or_insert(now);
+            let (ticks, ns) = match *entry {
+                Some(e) if !fresh[i] => e,
+                _ => {
+                    *entry = Some((0, 0));
+                    continue;
+                }
+            };
+            let (ticks, ns) = (ticks + 1, ns.saturating_add(tick_gap.unwrap_or(0)));
+            *entry = Some((ticks, ns));
             let Some(id) = SourceId::from_index(i) else {
                 continue;
             };
@@ -677,8 +696,8 @@ impl<H: Hardware + Clone> Clock<H> {
                 .map_or(u64::MAX, |(half, scale)| {
                     scale.ticks_to_ns(half.saturating_mul(2))
                 });
-            if now.saturating_sub(began) > wrap_ns.saturating_add(OUT_MARGIN_NS) {
-                *since = None;
+            if ticks >= OUT_TICKS && ns > wrap_ns.saturating_add(OUT_MARGIN_NS) {
+                *entry = None;
                 unplaced[i] = None;
                 let fault = Fault::Stopped;
                 self.demote(
@@ -1068,7 +1087,7 @@ impl<H: Hardware + Clone> Clock<H> {
         st.core = None;
         st.last_round_ns = None;
         st.unplaced = [None; MAX_CANDIDATES];
-        st.out_since = [None; MAX_CANDIDATES];
+        st.out_for = [None; MAX_CANDIDATES];
         st.readmission.restart();
     }
 

@@ -494,9 +494,9 @@ const INTERVAL_AGREEMENT_PPM: u64 = 1_000;
 /// (the CMOS RTC's second edges, the reference of last resort where no
 /// counter exists: QEMU `microvm,pit=off`). `next_edge` waits for the next
 /// edge and returns it timed on the TSC (`None`: no edge this time; after
-/// three such misses the calibration gives up, and after the first one
-/// when no edge came at all: a reference that never ticks costs one wait,
-/// not three).
+/// three such misses the calibration gives up, and after the second one
+/// when no edge came at all: a reference that never ticks costs two
+/// waits, while one pause of the host across the first edge is survived).
 ///
 /// Takes three edges (two to three seconds), and more, up to six, until
 /// some span is within 50 ppm (a loaded host's preemptions widen the
@@ -541,7 +541,7 @@ pub fn calibrate_against_seconds(
             // the update) is bad luck: the next edge's interval just
             // covers two seconds. A reference that keeps missing ends it.
             missed += 1;
-            if missed > MAX_MISSED_EDGES || n == 0 {
+            if missed > MAX_MISSED_EDGES || (n == 0 && missed > 1) {
                 break;
             }
             continue;
