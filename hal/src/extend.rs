@@ -161,7 +161,8 @@ impl<C: Cell64> WrapExtender<C> {
     /// wrap), or that disagrees with the counter's own phase by more than
     /// its bound (`span` less the wraps it claims is not the ticks the
     /// counter moved): a witness that ran ahead, or a span measured from
-    /// an older read than the last one, adds no wrap.
+    /// an older read than the last one, adds no wrap; nor does a raw count
+    /// that has not moved at all (a stopped counter).
     ///
     /// ```
     /// use clockhal_core::WrapExtender;
@@ -180,6 +181,11 @@ impl<C: Cell64> WrapExtender<C> {
         let raw = raw & self.mask;
         self.last.update(|last| {
             let delta = raw.wrapping_sub(last) & self.mask;
+            if delta == 0 {
+                // Not one tick in half a wrap or more: a counter that
+                // stopped, not whole wraps to the tick.
+                return None;
+            }
             // Whole periods in the span beyond `delta`, to the nearest.
             let wraps = span.saturating_sub(delta).saturating_add(self.half) / period;
             let claimed = delta as u128 + wraps as u128 * period as u128;
@@ -190,6 +196,27 @@ impl<C: Cell64> WrapExtender<C> {
                 .wrapping_add(delta)
                 .wrapping_add(wraps.wrapping_mul(period));
             (v != last).then_some(v)
+        })
+    }
+
+    /// Places `raw` at the first value of its phase after the last one,
+    /// however far: for a count whose wraps over a gap nothing could place
+    /// (they are lost, not held for), so that its extension counts on from
+    /// the raw count now.
+    ///
+    /// ```
+    /// use clockhal_core::WrapExtender;
+    /// let ext: WrapExtender = WrapExtender::new(16, 0);
+    /// // 60,000 ticks on (more than half a wrap): taken, not held.
+    /// assert_eq!(ext.extend_forward(60_000), 60_000);
+    /// ```
+    ///
+    /// Interrupt-safe: as [`extend`](Self::extend).
+    pub fn extend_forward(&self, raw: u64) -> u64 {
+        let raw = raw & self.mask;
+        self.last.update(|last| {
+            let delta = raw.wrapping_sub(last) & self.mask;
+            (delta != 0).then(|| last.wrapping_add(delta))
         })
     }
 

@@ -81,6 +81,17 @@ pub trait ClockSource: Sync {
         self.read()
     }
 
+    /// [`read`](Self::read) after a gap whose wraps nothing could place: a
+    /// software-extended counter takes its raw count as the first value of
+    /// its phase after its last one ([`WrapExtender::extend_forward`](crate::WrapExtender::extend_forward)),
+    /// losing the gap's whole wraps rather than holding until its raw count
+    /// passes its last value. Counters without an extension just read.
+    ///
+    /// Interrupt-safe: as [`read`](Self::read).
+    fn read_forward(&self) -> u64 {
+        self.read()
+    }
+
     /// [`read`](Self::read) where an independent counter estimates this
     /// one's count now (`estimate`, on the scale of `read`'s values: the
     /// TSC since an earlier reading of this source on the same CPU, with
@@ -147,6 +158,9 @@ impl<T: ClockSource + ?Sized> ClockSource for &T {
     }
     fn read_spanning(&self, span: u64, within: u64) -> u64 {
         (**self).read_spanning(span, within)
+    }
+    fn read_forward(&self) -> u64 {
+        (**self).read_forward()
     }
     fn read_near(&self, estimate: Option<crate::Estimate>) -> crate::Extended {
         (**self).read_near(estimate)

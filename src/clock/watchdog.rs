@@ -55,10 +55,10 @@ pub(crate) struct State {
     /// Members whose wraps over a gap nothing could place, with their
     /// extension's value then: out of the rounds until it moves on from
     /// it (until then its count may hold, which is no "stopped").
-    unplaced: [Option<u64>; MAX_CANDIDATES],
+    unplaced: Held,
     /// Per software-extended member that gives the rounds no count (held
     /// across a gap, unplaced): the ticks since and their measured gaps.
-    out_for: [Option<(u32, u64)>; MAX_CANDIDATES],
+    out_for: OutFor,
 }
 
 impl State {
@@ -177,6 +177,11 @@ const ALIVE_WAIT_NS: u64 = 100_000;
 /// half its wrap, an honest one held across a gap may miss a few).
 const OUT_MARGIN_NS: u64 = 250_000_000;
 const OUT_TICKS: u32 = 8;
+
+/// Per candidate: an unplaced member's extension value when it went out.
+type Held = [Option<u64>; MAX_CANDIDATES];
+/// Per candidate: the ticks a member has been out and their gaps' ns.
+type OutFor = [Option<(u32, u64)>; MAX_CANDIDATES];
 
 /// What the jump check's anchor device counted since the anchor.
 enum Elapsed {
@@ -376,7 +381,7 @@ impl<H: Hardware + Clone> Clock<H> {
             return WatchdogEvent::Inactive;
         };
         let (unplaced, fresh, tick_gap) = self.span_gap(
-            (&mut st.last_round_ns, &mut st.unplaced),
+            (&mut st.last_round_ns, &mut st.unplaced, &st.out_for),
             (gap_ns, tick_tsc),
             &ids[..n],
             cur,
@@ -579,7 +584,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// they sit the round out.
     fn span_gap(
         &self,
-        (last_round_ns, held): (&mut Option<u64>, &mut [Option<u64>; MAX_CANDIDATES]),
+        (last_round_ns, held, out_for): (&mut Option<u64>, &mut Held, &OutFor),
         (gap_ns, tick_tsc): (Option<u64>, u64),
         ids: &[Option<SourceId>],
         cur: SourceId,
@@ -627,7 +632,10 @@ impl<H: Hardware + Clone> Clock<H> {
             let since = tsc_scale.map_or(0, |s| {
                 s.ticks_to_ns(self.hw.rdtsc_ordered().saturating_sub(tick_tsc))
             });
-            let span_ns = g.saturating_add(since);
+            // A member out of the rounds was last placed where it went
+            // out: its span is from there (the measured gaps since).
+            let out_ns = out_for[id.index()].map_or(0, |(_, ns)| ns);
+            let span_ns = g.saturating_add(since).saturating_add(out_ns);
             let span = scale.ns_to_ticks(span_ns);
             if span >= interval {
                 // The span is measured from the last tick, not from the
@@ -638,12 +646,18 @@ impl<H: Hardware + Clone> Clock<H> {
                 let eighth = interval / 4;
                 let rate_error = super::read::estimate_within(span_ns, super::read::READ_SKEW_NS);
                 if scale.ns_to_ticks(rate_error) <= eighth {
-                    let _ = src.read_spanning(span, eighth);
+                    let v = src.read_spanning(span, eighth);
+                    if held[id.index()].is_some_and(|was| v != was) {
+                        // Placed again (ticks further apart than half its
+                        // wrap leave it held without a span): back in.
+                        held[id.index()] = None;
+                        unplaced[id.index()] = false;
+                    }
                 } else {
                     // Too long to place its wraps: read as it comes (its
                     // next intervals start where it counts again), sitting
                     // the rounds out until then.
-                    held[id.index()] = Some(src.read_near(None).ticks);
+                    held[id.index()] = Some(src.read_forward());
                     unplaced[id.index()] = true;
                     fresh[id.index()] = true;
                 }
@@ -662,8 +676,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// time it failed to count.
     fn out_too_long(
         &self,
-        out_for: &mut [Option<(u32, u64)>; MAX_CANDIDATES],
-        unplaced: &mut [Option<u64>; MAX_CANDIDATES],
+        out_for: &mut OutFor,
+        unplaced: &mut Held,
         (out, fresh, tick_gap): (
             &[bool; MAX_CANDIDATES],
             &[bool; MAX_CANDIDATES],

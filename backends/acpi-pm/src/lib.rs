@@ -288,6 +288,13 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
         }
     }
 
+    fn read_forward(&self) -> u64 {
+        match self.raw_now() {
+            Some(v) => self.ext.extend_forward(v as u64),
+            None => self.ext.last(),
+        }
+    }
+
     fn read_near(&self, estimate: Option<Estimate>) -> Extended {
         match self.raw_now() {
             Some(v) => self.ext.extend_near(v as u64, estimate),

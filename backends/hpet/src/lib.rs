@@ -204,6 +204,11 @@ impl<H: Hardware> ClockSource for Hpet<H> {
             .extend_spanning(counter(&self.hw, self.region, self.wide), span, within)
     }
 
+    fn read_forward(&self) -> u64 {
+        self.ext
+            .extend_forward(counter(&self.hw, self.region, self.wide))
+    }
+
     fn read_near(&self, estimate: Option<Estimate>) -> Extended {
         self.ext
             .extend_near(counter(&self.hw, self.region, self.wide), estimate)
