@@ -666,6 +666,12 @@ impl<H: Hardware + Clone> Clock<H> {
         }
         self.follow_backend_epochs();
         self.republish_if_stale();
+        // A device's first reading on this CPU: a software-extended
+        // current device's gap measure here starts now, so a gap this CPU
+        // is the first to read across is measured, not lost.
+        if !self.mapped[self.current_index()] {
+            let _ = self.now_ns();
+        }
         match (first, self.steal.register_this_cpu(|| self.now_ns())) {
             (Ok(()), Err(e)) => Err(e),
             (first, _) => first,
