@@ -81,7 +81,10 @@ pub(crate) fn spin_for(
         return Ok(());
     }
     let stepped0 = stepped();
-    let pad = |total: u64| resolution.saturating_add(Duration::from_nanos(total - stepped0));
+    // (Saturating: an OS's `ClockNow` whose count goes back pads nothing.)
+    let pad = |total: u64| {
+        resolution.saturating_add(Duration::from_nanos(total.saturating_sub(stepped0)))
+    };
     let base = now().saturating_add(d);
     let (mut end, mut padded) = (base.saturating_add(resolution), resolution);
     loop {

@@ -579,9 +579,10 @@ impl<H: Hardware + Clone> Clock<H> {
     /// measure of the gap ([`tick_gap`](Self::tick_gap)), the clock's own
     /// timeline since the last such round measures it, where its readings
     /// compare across CPUs (the current device's gap was recovered on this
-    /// CPU's own TSC). Returns the members whose gap was too long for the
-    /// measure to place their wraps (its error past an eighth of a wrap):
-    /// they sit the round out.
+    /// CPU's own TSC). Returns the members that sit this round out (held
+    /// since a gap too long to place, or one this tick: its error past an
+    /// eighth of a wrap), those this tick put out afresh, and the gap's
+    /// measure (for [`out_too_long`](Self::out_too_long)).
     fn span_gap(
         &self,
         (last_round_ns, held, out_for): (&mut Option<u64>, &mut Held, &OutFor),
