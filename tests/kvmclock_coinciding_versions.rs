@@ -3,10 +3,11 @@
 //! last map ("with per-vCPU TSC offsets another CPU's map says nothing
 //! about this CPU's TSC", clock.rs sample_map). A host that writes CPU
 //! 0's accepted parameters into CPU 1's area under the same version
-//! number (the per-area counters coincide) is judged on CPU 1 too: the
-//! shortcut for parameters judged already is this CPU's own reader's,
-//! not the judge's last acceptance on any CPU (which, for a while, took
-//! them unjudged: CPU 1 held 1 s behind the truth).
+//! number (the per-area counters coincide) is judged on CPU 1 too,
+//! whoever reads CPU 1 first after the write: the clock, a watchdog tick
+//! there, or the backend's `read_ns`. (For a while a version some reader
+//! had accepted, on any CPU or by plausibility alone, was taken as
+//! judged: CPU 1 held 1 s behind the truth.)
 #![cfg(all(feature = "kvmclock", feature = "hpet"))]
 
 use clockhal::SourceId;
@@ -19,6 +20,20 @@ use adversarial::{clock, leak, ms};
 
 #[test]
 fn another_cpu_s_parameters_under_a_coinciding_version_are_judged() {
+    run(0);
+}
+
+#[test]
+fn a_watchdog_tick_on_cpu_1_reads_first() {
+    run(1);
+}
+
+#[test]
+fn the_backend_reads_first() {
+    run(2);
+}
+
+fn run(first_on_cpu1: u8) {
     let mut cfg = SimMachine::kvm_config();
     let hz = cfg.tsc_hz as i64;
     // CPU 1's TSC is 3 s behind CPU 0's (per-vCPU offsets).
@@ -62,6 +77,17 @@ fn another_cpu_s_parameters_under_a_coinciding_version_are_judged() {
         );
         assert_eq!(a1.version.load(SeqCst), v0);
     });
+    // The first reader on CPU 1 after the host's write is the
+    // backend's own: a watchdog tick there, or the backend read directly.
+    match first_on_cpu1 {
+        1 => {
+            m.on_cpu(1, || c.watchdog_tick());
+        }
+        2 => {
+            let _ = m.on_cpu(1, || c.kvmclock().unwrap().read_ns());
+        }
+        _ => {}
+    }
     // On CPU 1 those parameters say 3 s less: a step back far beyond
     // `max_backward_ns` (1 ms), which the judge rejects (the last map
     // stays in use) -- unless it is never judged.
