@@ -29,19 +29,55 @@ pub struct Estimate {
     pub within: u64,
 }
 
+/// How [`WrapExtender::place`] puts a reading on the 64-bit timeline: the
+/// rule of the method of the same name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// [`WrapExtender::extend`]: at most half a wrap after the last value.
+    Plain,
+    /// [`WrapExtender::extend_after`]: read between `min` and `max` ticks
+    /// after the previous read.
+    After {
+        /// The fewest ticks since the previous read.
+        min: u64,
+        /// The most ticks since the previous read.
+        max: u64,
+    },
+    /// [`WrapExtender::extend_spanning`]: about `span` ticks after the last
+    /// value, within `within`.
+    Spanning {
+        /// The ticks an independent counter measured since the last value.
+        span: u64,
+        /// How far from `span` the placement may be.
+        within: u64,
+    },
+    /// [`WrapExtender::extend_forward`]: the first value of its phase after
+    /// the last one.
+    Forward,
+    /// [`WrapExtender::extend_near`]: at the wrap nearest the estimate.
+    Near(Option<Estimate>),
+}
+
 /// Widens a free-running N-bit counter (1..=64 bits) to 64 bits.
 ///
 /// Keeps the last extended value; each raw reading is placed at most half a
 /// wrap period after it.
 ///
 /// **Read-interval rule:** successive reads (by any CPU) must be less than
-/// `2^(N-1)` ticks apart, and a raw reading must be passed to
-/// [`extend`](Self::extend) within that same bound of being taken (do not
-/// hold one across a long preemption) ([`max_read_interval`](Self::max_read_interval)),
+/// `2^(N-1)` ticks apart ([`max_read_interval`](Self::max_read_interval)),
 /// e.g. 2.34 s for a 24-bit ACPI PM timer, 21.4 s for a 32-bit HPET at
 /// 100 MHz. A raw value that lands *behind* the last extended value (another
 /// CPU extended further in the meantime) returns that last value, so results
 /// never go backwards across concurrent readers.
+///
+/// Read the hardware through [`place`](Self::place): it reads inside the
+/// update, after loading the last value, and again if another reader moved
+/// it meanwhile, so a reader paused between its hardware read and its
+/// update cannot place a stale count against a newer last value (a pause
+/// of more than half a wrap there would put the count up to a wrap
+/// ahead). The methods that take a raw value (`extend`, ...) need it taken
+/// after every reading already extended, or within half a wrap of being
+/// placed (do not hold one across a long preemption).
 ///
 /// Lock-free where the target has 64-bit atomics, otherwise a
 /// `critical-section` (choose the cell with the `C` parameter).
@@ -96,16 +132,7 @@ impl<C: Cell64> WrapExtender<C> {
     /// critical-section cell, as safe as the OS's critical section.
     #[inline]
     pub fn extend(&self, raw: u64) -> u64 {
-        let raw = raw & self.mask;
-        let (mask, half) = (self.mask, self.half);
-        self.last.update(|last| {
-            let delta = raw.wrapping_sub(last) & mask;
-            if delta == 0 || delta > half {
-                None // no progress, or behind the last value: hold
-            } else {
-                Some(last.wrapping_add(delta))
-            }
-        })
+        self.place(|| Some(raw), Placement::Plain).ticks
     }
 
     /// Places `raw`, read between `min` and `max` ticks (by an independent
@@ -128,27 +155,8 @@ impl<C: Cell64> WrapExtender<C> {
     ///
     /// Interrupt-safe: as [`extend`](Self::extend).
     pub fn extend_after(&self, raw: u64, min: u64, max: u64) -> u64 {
-        let raw = raw & self.mask;
-        let (mask, half) = (self.mask, self.half);
-        if mask == u64::MAX || max <= half {
-            return self.extend(raw);
-        }
-        let wrap = mask + 1;
-        let slack = wrap / 8;
-        let (lo, hi) = (min.saturating_sub(slack), max.saturating_add(slack));
-        self.last.update(|last| {
-            let delta = raw.wrapping_sub(last) & mask;
-            // The first placement at or above `lo`, and whether it is the
-            // only one up to `hi`.
-            let wraps = lo.saturating_sub(delta).div_ceil(wrap);
-            let step = wraps.checked_mul(wrap)?.checked_add(delta)?;
-            let unique = step <= hi && step.saturating_add(wrap) > hi;
-            if step == 0 || !unique {
-                // Unclear: the plain rule.
-                return (delta != 0 && delta <= half).then(|| last.wrapping_add(delta));
-            }
-            Some(last.wrapping_add(step))
-        })
+        self.place(|| Some(raw), Placement::After { min, max })
+            .ticks
     }
 
     /// Places `raw` on the 64-bit timeline when about `span` ticks passed
@@ -174,29 +182,8 @@ impl<C: Cell64> WrapExtender<C> {
     /// Interrupt-safe: yes (lock-free where the target has 64-bit atomics,
     /// else a critical section).
     pub fn extend_spanning(&self, raw: u64, span: u64, within: u64) -> u64 {
-        let period = self.mask.wrapping_add(1);
-        if span < self.half || self.mask == u64::MAX || within > period / 8 {
-            return self.extend(raw);
-        }
-        let raw = raw & self.mask;
-        self.last.update(|last| {
-            let delta = raw.wrapping_sub(last) & self.mask;
-            if delta == 0 {
-                // Not one tick in half a wrap or more: a counter that
-                // stopped, not whole wraps to the tick.
-                return None;
-            }
-            // Whole periods in the span beyond `delta`, to the nearest.
-            let wraps = span.saturating_sub(delta).saturating_add(self.half) / period;
-            let claimed = delta as u128 + wraps as u128 * period as u128;
-            if (span as u128).abs_diff(claimed) > within as u128 {
-                return (delta != 0 && delta <= self.half).then(|| last.wrapping_add(delta));
-            }
-            let v = last
-                .wrapping_add(delta)
-                .wrapping_add(wraps.wrapping_mul(period));
-            (v != last).then_some(v)
-        })
+        self.place(|| Some(raw), Placement::Spanning { span, within })
+            .ticks
     }
 
     /// Places `raw` at the first value of its phase after the last one,
@@ -213,11 +200,7 @@ impl<C: Cell64> WrapExtender<C> {
     ///
     /// Interrupt-safe: as [`extend`](Self::extend).
     pub fn extend_forward(&self, raw: u64) -> u64 {
-        let raw = raw & self.mask;
-        self.last.update(|last| {
-            let delta = raw.wrapping_sub(last) & self.mask;
-            (delta != 0).then(|| last.wrapping_add(delta))
-        })
+        self.place(|| Some(raw), Placement::Forward).ticks
     }
 
     /// Places `raw` where an independent counter estimates this counter's
@@ -252,46 +235,141 @@ impl<C: Cell64> WrapExtender<C> {
     ///
     /// Interrupt-safe: as [`extend`](Self::extend).
     pub fn extend_near(&self, raw: u64, estimate: Option<Estimate>) -> Extended {
-        let raw = raw & self.mask;
-        let (mask, half) = (self.mask, self.half);
-        if mask == u64::MAX {
-            let ticks = self.extend(raw);
-            return Extended {
-                ticks,
-                current: true,
-            };
-        }
-        let wrap = mask + 1;
-        let slack = wrap / 8;
+        self.place(|| Some(raw), Placement::Near(estimate))
+    }
+
+    /// Reads the counter with `read` and places the reading by `how`:
+    /// `read` runs inside the update, after the last value is loaded, and
+    /// again whenever another reader moved the last value before this one
+    /// could store its own, so the reading placed is never older than the
+    /// last value it is placed against (a reader paused between reading the
+    /// hardware and placing the count cannot push the timeline ahead).
+    /// `read` returning `None` (no trustworthy reading) keeps the last
+    /// value, [`Extended::current`] `false`. `current` is otherwise as
+    /// [`extend_near`](Self::extend_near) says, and `true` for the other
+    /// placements.
+    ///
+    /// ```
+    /// use clockhal_core::{Placement, WrapExtender};
+    /// let ext: WrapExtender = WrapExtender::new(24, 0xFF_FFF0);
+    /// let r = ext.place(|| Some(0x10), Placement::Plain);
+    /// assert_eq!((r.ticks, r.current), (0x100_0010, true));
+    /// assert!(!ext.place(|| None, Placement::Plain).current);
+    /// ```
+    ///
+    /// Interrupt-safe: as [`extend`](Self::extend) (with a critical-section
+    /// cell, `read` runs inside the critical section), if `read` is.
+    #[inline]
+    pub fn place(&self, mut read: impl FnMut() -> Option<u64>, how: Placement) -> Extended {
         let mut current = true;
         let ticks = self.last.update(|last| {
+            let Some(raw) = read() else {
+                current = false;
+                return None;
+            };
+            let raw = raw & self.mask;
             current = true;
-            if let Some(Estimate { ticks: e, within }) = estimate {
-                // The value of `raw`'s phase nearest the estimate.
-                let ahead = raw.wrapping_sub(e) & mask;
-                // (None past either end of u64: no placement.)
-                let (v, off) = if ahead <= half {
-                    (e.checked_add(ahead), ahead)
-                } else {
-                    (e.checked_sub(wrap - ahead), wrap - ahead)
-                };
-                if let Some(v) = v.filter(|_| within <= slack && off <= within) {
-                    return (v > last).then_some(v);
+            match how {
+                Placement::Plain => self.plain(last, raw),
+                Placement::After { min, max } => self.after(last, raw, min, max),
+                Placement::Spanning { span, within } => self.spanning(last, raw, span, within),
+                Placement::Forward => {
+                    let delta = raw.wrapping_sub(last) & self.mask;
+                    (delta != 0).then(|| last.wrapping_add(delta))
                 }
-            }
-            let delta = raw.wrapping_sub(last) & mask;
-            if delta == 0 {
-                None
-            } else if delta <= half {
-                Some(last.wrapping_add(delta))
-            } else {
-                // Just behind: another reader placed a later reading.
-                // Further behind: a gap nothing placed.
-                current = wrap - delta <= slack;
-                None
+                Placement::Near(estimate) => self.near(last, raw, estimate, &mut current),
             }
         });
         Extended { ticks, current }
+    }
+
+    /// At most half a wrap after `last`; `None` (hold) for no progress or
+    /// a reading behind it.
+    #[inline(always)]
+    fn plain(&self, last: u64, raw: u64) -> Option<u64> {
+        let delta = raw.wrapping_sub(last) & self.mask;
+        (delta != 0 && delta <= self.half).then(|| last.wrapping_add(delta))
+    }
+
+    fn after(&self, last: u64, raw: u64, min: u64, max: u64) -> Option<u64> {
+        if self.mask == u64::MAX || max <= self.half {
+            return self.plain(last, raw);
+        }
+        let wrap = self.mask + 1;
+        let slack = wrap / 8;
+        let (lo, hi) = (min.saturating_sub(slack), max.saturating_add(slack));
+        let delta = raw.wrapping_sub(last) & self.mask;
+        // The first placement at or above `lo`, and whether it is the only
+        // one up to `hi`.
+        let wraps = lo.saturating_sub(delta).div_ceil(wrap);
+        let step = wraps.checked_mul(wrap)?.checked_add(delta)?;
+        let unique = step <= hi && step.saturating_add(wrap) > hi;
+        if step == 0 || !unique {
+            return self.plain(last, raw); // unclear: the plain rule
+        }
+        Some(last.wrapping_add(step))
+    }
+
+    fn spanning(&self, last: u64, raw: u64, span: u64, within: u64) -> Option<u64> {
+        let period = self.mask.wrapping_add(1);
+        if span < self.half || self.mask == u64::MAX || within > period / 8 {
+            return self.plain(last, raw);
+        }
+        let delta = raw.wrapping_sub(last) & self.mask;
+        if delta == 0 {
+            // Not one tick in half a wrap or more: a counter that stopped,
+            // not whole wraps to the tick.
+            return None;
+        }
+        // Whole periods in the span beyond `delta`, to the nearest.
+        let wraps = span.saturating_sub(delta).saturating_add(self.half) / period;
+        let claimed = delta as u128 + wraps as u128 * period as u128;
+        if (span as u128).abs_diff(claimed) > within as u128 {
+            return self.plain(last, raw);
+        }
+        let v = last
+            .wrapping_add(delta)
+            .wrapping_add(wraps.wrapping_mul(period));
+        (v != last).then_some(v)
+    }
+
+    fn near(
+        &self,
+        last: u64,
+        raw: u64,
+        estimate: Option<Estimate>,
+        current: &mut bool,
+    ) -> Option<u64> {
+        let (mask, half) = (self.mask, self.half);
+        if mask == u64::MAX {
+            return self.plain(last, raw);
+        }
+        let wrap = mask + 1;
+        let slack = wrap / 8;
+        if let Some(Estimate { ticks: e, within }) = estimate {
+            // The value of `raw`'s phase nearest the estimate.
+            let ahead = raw.wrapping_sub(e) & mask;
+            // (None past either end of u64: no placement.)
+            let (v, off) = if ahead <= half {
+                (e.checked_add(ahead), ahead)
+            } else {
+                (e.checked_sub(wrap - ahead), wrap - ahead)
+            };
+            if let Some(v) = v.filter(|_| within <= slack && off <= within) {
+                return (v > last).then_some(v);
+            }
+        }
+        let delta = raw.wrapping_sub(last) & mask;
+        if delta == 0 {
+            None
+        } else if delta <= half {
+            Some(last.wrapping_add(delta))
+        } else {
+            // Just behind: another reader placed a later reading. Further
+            // behind: a gap nothing placed.
+            *current = wrap - delta <= slack;
+            None
+        }
     }
 
     /// The last extended value, without reading hardware.
@@ -620,6 +698,72 @@ mod tests {
         assert_eq!(e.extend_after(50, 40_000, 140_000), 100);
         // Behind and nothing fits: held.
         assert_eq!(e.extend_after(60, 100_000, 101_000), 100);
+    }
+
+    /// A reader paused between its hardware read and its update while
+    /// another reader moves the timeline on by more than half a wrap: a
+    /// raw value handed in late lands up to a wrap ahead (the rule the
+    /// raw-value methods state); read through `place`, the paused reader
+    /// reads again and nothing runs ahead of the counter.
+    #[test]
+    fn a_reader_paused_after_its_read_does_not_run_ahead() {
+        use std::sync::mpsc::channel;
+        const WRAP: u64 = 1 << 16;
+        for through_place in [false, true] {
+            // 100 ticks on from the last value when the paused reader reads.
+            let truth = Arc::new(AtomicU64::new(100));
+            let ext = Arc::new(WrapExtender::<crate::cell::DefaultCell>::new(16, 0));
+            let (read_tx, read_rx) = channel();
+            let (go_tx, go_rx) = channel::<()>();
+            let paused = {
+                let (truth, ext) = (truth.clone(), ext.clone());
+                std::thread::spawn(move || {
+                    let mut first = true;
+                    let mut read = || {
+                        let raw = truth.load(Ordering::SeqCst);
+                        if core::mem::take(&mut first) {
+                            read_tx.send(()).unwrap();
+                            go_rx.recv().unwrap(); // preempted here
+                        }
+                        Some(raw)
+                    };
+                    if through_place {
+                        ext.place(read, Placement::Plain).ticks
+                    } else {
+                        let raw = read().unwrap();
+                        ext.extend(raw)
+                    }
+                })
+            };
+            read_rx.recv().unwrap();
+            // 0.7 of a wrap in three reads, each well inside the rule.
+            for _ in 0..3 {
+                let t = truth.fetch_add(WRAP * 7 / 30, Ordering::SeqCst) + WRAP * 7 / 30;
+                assert_eq!(ext.extend(t & 0xFFFF), t);
+            }
+            go_tx.send(()).unwrap();
+            let v = paused.join().unwrap();
+            let now = truth.load(Ordering::SeqCst);
+            if through_place {
+                // Its store failed (the last value moved): read again.
+                assert_eq!(v, now, "placed {v}, the counter is at {now}");
+            } else {
+                // The stated hazard: a wrap ahead of where the stale read
+                // was taken, 0.3 of a wrap ahead of the counter.
+                assert_eq!(v, WRAP + 100);
+                assert!(v > now);
+            }
+            assert_eq!(ext.last(), v);
+        }
+    }
+
+    #[test]
+    fn a_read_that_fails_keeps_the_last_value() {
+        let e: WrapExtender = WrapExtender::new(24, 100);
+        let r = e.place(|| None, Placement::Near(None));
+        assert_eq!((r.ticks, r.current), (100, false));
+        let r = e.place(|| Some(150), Placement::Forward);
+        assert_eq!((r.ticks, r.current), (150, true));
     }
 
     #[test]

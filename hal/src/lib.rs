@@ -35,7 +35,7 @@ pub use cell::AtomicCell;
 pub use cell::{Cell64, CriticalSectionCell, DefaultCell};
 pub use clamp::{ClampGranule, MonotonicClamp};
 pub use consensus::{decide, Consensus, Decision, Vote};
-pub use extend::{Estimate, Extended, WrapExtender};
+pub use extend::{Estimate, Extended, Placement, WrapExtender};
 pub use frequency::{Frequency, FrequencyError};
 #[cfg(feature = "fugit")]
 pub use fugit_types::{FugitDuration, FugitInstant};

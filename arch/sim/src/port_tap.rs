@@ -30,6 +30,7 @@ pub enum PortAccess {
 }
 
 type Hook = Box<dyn FnMut(&SimMachine, &PortAccess) -> Option<u8> + Send>;
+type InlHook = Box<dyn FnMut(&SimMachine, u16, u32) -> Option<u32> + Send>;
 
 /// Wraps a [`SimMachine`]: every `inb`/`outb` is logged, and a hook may
 /// replace what an `inb` returns (or advance time, to model a vCPU that is
@@ -54,6 +55,7 @@ pub struct PortTap<'a> {
     m: &'a SimMachine,
     log: Mutex<Vec<PortAccess>>,
     hook: Mutex<Option<Hook>>,
+    inl_hook: Mutex<Option<InlHook>>,
 }
 
 impl<'a> PortTap<'a> {
@@ -63,6 +65,7 @@ impl<'a> PortTap<'a> {
             m,
             log: Mutex::new(Vec::new()),
             hook: Mutex::new(None),
+            inl_hook: Mutex::new(None),
         }
     }
 
@@ -85,6 +88,18 @@ impl<'a> PortTap<'a> {
     /// Removes the hook.
     pub fn clear_hook(&self) {
         *lock(&self.hook) = None;
+    }
+
+    /// Installs `hook`, called after every 32-bit port read (`inl`: the PM
+    /// timer) with the machine, the port and the value read; `Some(v)`
+    /// makes the caller see `v`. It may block (a vCPU preempted right
+    /// after its read, while other threads go on); while it runs, other
+    /// `inl`s do not run it. Not logged.
+    pub fn set_inl_hook(
+        &self,
+        hook: impl FnMut(&SimMachine, u16, u32) -> Option<u32> + Send + 'static,
+    ) {
+        *lock(&self.inl_hook) = Some(Box::new(hook));
     }
 
     /// Every port access so far, in order.
@@ -152,7 +167,17 @@ impl Hardware for PortTap<'_> {
         self.seen(PortAccess::Write { port, value });
     }
     fn inl(&self, port: u16) -> u32 {
-        self.m.inl(port)
+        let value = self.m.inl(port);
+        // Taken out while it runs, as `seen` does.
+        let Some(mut hook) = lock(&self.inl_hook).take() else {
+            return value;
+        };
+        let r = hook(self.m, port, value);
+        let mut slot = lock(&self.inl_hook);
+        if slot.is_none() {
+            *slot = Some(hook);
+        }
+        r.unwrap_or(value)
     }
     fn mmio_read32(&self, region: MmioRegion, offset: usize) -> u32 {
         self.m.mmio_read32(region, offset)

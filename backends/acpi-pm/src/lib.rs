@@ -4,7 +4,8 @@
 #![forbid(unsafe_code)]
 
 use clockhal_core::{
-    ClockSource, Estimate, Extended, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender,
+    ClockSource, Estimate, Extended, Frequency, Placement, Policy, Quality, ReadCost, Stability,
+    WrapExtender,
 };
 use clockhal_x86::{cpuid, Hardware};
 use core::fmt;
@@ -190,6 +191,14 @@ impl<H: Hardware> AcpiPm<H> {
         }
     }
 
+    /// The counter read inside the extension's update
+    /// ([`WrapExtender::place`]: never a stale count against a newer last
+    /// value), placed by `how`.
+    #[inline(always)]
+    fn place(&self, how: Placement) -> Extended {
+        self.ext.place(|| self.raw_now().map(u64::from), how)
+    }
+
     /// Two reads, the second at most [`PAIR_STEP`] after the first: the
     /// first is good. `None` when every attempt tore (or was preempted).
     #[inline]
@@ -252,10 +261,7 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
     /// is returned again, so time stalls for one read instead of jumping.
     #[inline]
     fn read(&self) -> u64 {
-        match self.raw_now() {
-            Some(v) => self.ext.extend(v as u64),
-            None => self.ext.last(),
-        }
+        self.place(Placement::Plain).ticks
     }
 
     fn frequency(&self) -> Frequency {
@@ -282,29 +288,17 @@ impl<H: Hardware> ClockSource for AcpiPm<H> {
     }
 
     fn read_spanning(&self, span: u64, within: u64) -> u64 {
-        match self.raw_now() {
-            Some(v) => self.ext.extend_spanning(v as u64, span, within),
-            None => self.ext.last(),
-        }
+        self.place(Placement::Spanning { span, within }).ticks
     }
 
     fn read_forward(&self) -> u64 {
-        match self.raw_now() {
-            Some(v) => self.ext.extend_forward(v as u64),
-            None => self.ext.last(),
-        }
+        self.place(Placement::Forward).ticks
     }
 
+    /// No reading that agreed with itself: the last value, not known to be
+    /// the count now.
     fn read_near(&self, estimate: Option<Estimate>) -> Extended {
-        match self.raw_now() {
-            Some(v) => self.ext.extend_near(v as u64, estimate),
-            // No reading agreed with itself: the last value, which is not
-            // known to be the count now.
-            None => Extended {
-                ticks: self.ext.last(),
-                current: false,
-            },
-        }
+        self.place(Placement::Near(estimate))
     }
 }
 

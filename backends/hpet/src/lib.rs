@@ -4,7 +4,8 @@
 #![forbid(unsafe_code)]
 
 use clockhal_core::{
-    ClockSource, Estimate, Extended, Frequency, Policy, Quality, ReadCost, Stability, WrapExtender,
+    ClockSource, Estimate, Extended, Frequency, Placement, Policy, Quality, ReadCost, Stability,
+    WrapExtender,
 };
 use clockhal_x86::{cpuid, Hardware, MmioRegion};
 use core::fmt;
@@ -163,6 +164,12 @@ impl<H: Hardware> Hpet<H> {
     pub fn hardware(&self) -> &H {
         &self.hw
     }
+
+    #[inline(always)]
+    fn place(&self, how: Placement) -> Extended {
+        let (hw, region, wide) = (&self.hw, self.region, self.wide);
+        self.ext.place(|| Some(counter(hw, region, wide)), how)
+    }
 }
 
 /// Sets ENABLE_CNF if it is clear; returns the configuration found. Bits
@@ -193,25 +200,23 @@ impl<H: Hardware> ClockSource for Hpet<H> {
         "hpet"
     }
 
-    /// One MMIO load, placed on the 64-bit timeline.
+    /// One MMIO load, placed on the 64-bit timeline (read inside the
+    /// extension's update: [`WrapExtender::place`]).
     #[inline]
     fn read(&self) -> u64 {
-        self.ext.extend(counter(&self.hw, self.region, self.wide))
+        self.place(Placement::Plain).ticks
     }
 
     fn read_spanning(&self, span: u64, within: u64) -> u64 {
-        self.ext
-            .extend_spanning(counter(&self.hw, self.region, self.wide), span, within)
+        self.place(Placement::Spanning { span, within }).ticks
     }
 
     fn read_forward(&self) -> u64 {
-        self.ext
-            .extend_forward(counter(&self.hw, self.region, self.wide))
+        self.place(Placement::Forward).ticks
     }
 
     fn read_near(&self, estimate: Option<Estimate>) -> Extended {
-        self.ext
-            .extend_near(counter(&self.hw, self.region, self.wide), estimate)
+        self.place(Placement::Near(estimate))
     }
 
     fn frequency(&self) -> Frequency {
