@@ -314,6 +314,9 @@ pub enum Note {
         unusable: Option<clockhal_tsc::Unusable>,
         /// Selected only under the watchdog's supervision.
         supervised: bool,
+        /// Not invariant, and the clock has no independent counter to
+        /// supervise it with (QEMU microvm without a PIT): kept unsupervised.
+        unwatched: bool,
     },
     /// The PM timer's read mode.
     #[cfg(feature = "acpi-pm")]
@@ -334,6 +337,7 @@ impl Note {
             rate: t.provenance(),
             unusable: t.unusable(),
             supervised: t.supervised(),
+            unwatched: false,
         }
     }
 }
@@ -349,10 +353,13 @@ impl fmt::Display for Note {
                 rate,
                 unusable,
                 supervised,
+                unwatched,
             } => {
                 fmt::Display::fmt(rate, f)?;
                 if let Some(u) = unusable {
                     write!(f, "; {u}")?;
+                } else if *unwatched {
+                    f.write_str("; not invariant, and no counter to supervise it with")?;
                 } else if *supervised {
                     f.write_str("; not invariant: supervised by the watchdog")?;
                 }

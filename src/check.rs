@@ -629,6 +629,7 @@ mod tests {
                 },
                 unusable: None,
                 supervised: true,
+                unwatched: false,
             };
             r.insert(Candidate::usable(Tsc, &f, calibrated));
             r.insert(Candidate::usable(Hpet, &f, Note::None));

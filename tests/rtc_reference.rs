@@ -149,3 +149,28 @@ fn the_rtc_is_touched_only_as_the_last_resort_and_with_consent() {
     assert!(m.now_ns() - t0 < S);
     assert!(p.into_clock().is_err());
 }
+
+#[test]
+fn a_tsc_with_nothing_to_supervise_it_is_not_called_supervised() {
+    // The RTC calibrates but is no watchdog member: the TSC is not
+    // invariant, and nothing can supervise it. The report said "supervised
+    // by the watchdog" and `supervised()` was true; it stays current
+    // without ticks.
+    let m = microvm_pit_off().build();
+    let c = probe(&m, platform()).into_clock().unwrap();
+    let note = c.report().get(SourceId::Tsc).unwrap().note.to_string();
+    assert!(
+        note.contains("no counter to supervise it with") && !note.contains("supervised by"),
+        "{note}"
+    );
+    assert!(!c.supervised());
+    for _ in 0..4 {
+        m.advance(S / 4);
+        c.watchdog_tick();
+    }
+    let t = c.now();
+    m.advance(10 * S);
+    assert!(c.elapsed(t).as_nanos().abs_diff(10 * S) < 1_000_000);
+    assert_eq!(c.source_id(), SourceId::Tsc, "{}", c.report().table());
+    assert!(!c.supervised());
+}

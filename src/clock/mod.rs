@@ -49,6 +49,12 @@ pub const STUCK_READS: u32 = 10_000;
 /// whose re-check of the state raced the switch by a few instructions.
 pub const SWITCH_MARGIN_NS: u64 = 1_000;
 
+/// Reads of kvmclock's wall clock at probe, for one bracketed by the
+/// clock's own readings within [`WALL_CLOCK_BRACKET_NS`].
+const WALL_CLOCK_TRIES: u32 = 4;
+/// A bracket this tight (a read with no preemption inside) is taken at once.
+const WALL_CLOCK_BRACKET_NS: u64 = 20_000;
+
 /// No [`Clock`] could be built. Carries the probe's [`Report`], which
 /// says why each candidate was rejected or demoted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -351,6 +357,13 @@ impl<H: Hardware + Clone> Clock<H> {
         clock.start_source_with(selected, 0, false);
         clock.anchor_at_start(0);
         clock.init_wall_clock();
+        #[cfg(feature = "tsc")]
+        if let Some(t) = &clock.backends.tsc {
+            let note = clock.tsc_note(t);
+            if let Some(c) = clock.report.lock().get_mut(SourceId::Tsc) {
+                c.note = note;
+            }
+        }
         // A TSC the OS already found out of step (Platform::tsc_sync)
         // withdraws the hosts' cross-CPU promises as a later
         // `set_tsc_sync` would.
@@ -622,15 +635,37 @@ impl<H: Hardware + Clone> Clock<H> {
         })
     }
 
+    /// The TSC's report note as it stands now: a TSC that needs
+    /// supervision with no counter to supervise it with says so. Takes the
+    /// report's lock: not with it held.
+    #[cfg(feature = "tsc")]
+    pub(crate) fn tsc_note(&self, t: &clockhal_tsc::Tsc<H>) -> crate::Note {
+        let mut note = crate::Note::of_tsc(t);
+        if let crate::Note::Tsc {
+            supervised,
+            unwatched,
+            ..
+        } = &mut note
+        {
+            if *supervised && !self.has_watchdog_reference(SourceId::Tsc) {
+                (*supervised, *unwatched) = (false, true);
+            }
+        }
+        note
+    }
+
     /// Whether `id` is a TSC that is correct only under supervision.
     fn is_supervised(&self, id: SourceId) -> bool {
         self.backends.supervised(id)
     }
 
-    /// Whether the current source is kept only while the watchdog runs.
+    /// Whether the current source is kept only while the watchdog runs: a
+    /// TSC that needs supervision, with a counter to supervise it with,
+    /// and not forced ([`force`](Self::force)).
     /// Interrupt-safe: yes.
     pub fn supervised(&self) -> bool {
-        self.is_supervised(self.source_id())
+        // Finite exactly while supervision is on (`start_source_with`).
+        self.deadline.load(Ordering::Acquire) != u64::MAX
     }
 
     // ---- lifecycle -------------------------------------------------------
@@ -768,11 +803,12 @@ impl<H: Hardware + Clone> Clock<H> {
         if let Some(t) = &self.backends.tsc {
             // The report's lock only under the watchdog's (see `lock`).
             self.locked(|_| {
+                // The note says why, as it stands now.
+                let note = self.tsc_note(t);
                 let mut r = self.report.lock();
                 if let Some(c) = r.get_mut(SourceId::Tsc) {
                     c.set_descriptor(t.descriptor());
-                    // The note says why, as it stands now.
-                    c.note = crate::Note::of_tsc(t);
+                    c.note = note;
                 }
             });
         }
@@ -922,8 +958,26 @@ impl<H: Hardware + Clone> Clock<H> {
     /// source). An implausible one is ignored: the wall time stays as it
     /// was (unknown at build).
     fn init_wall_clock(&self) {
-        if let Some(unix) = self.backends.wall_clock_unix_ns() {
-            if self.set_unix_time(unix).is_ok() {
+        // The wall clock and the clock's reading that fixes the offset are
+        // two reads: a vCPU preempted between them would put the pause into
+        // the offset. Bracketed by two of the clock's readings, the offset
+        // is off by at most half the bracket; the tightest of a few tries.
+        let mut best: Option<(u64, u64, u64)> = None; // (width, unix, at)
+        for _ in 0..WALL_CLOCK_TRIES {
+            let before = self.now_ns();
+            let Some(unix) = self.backends.wall_clock_unix_ns() else {
+                return;
+            };
+            let width = self.now_ns().saturating_sub(before);
+            if best.is_none_or(|(w, ..)| width < w) {
+                best = Some((width, unix, before + width / 2));
+            }
+            if width <= WALL_CLOCK_BRACKET_NS {
+                break;
+            }
+        }
+        if let Some((_, unix, at)) = best {
+            if self.set_unix_time_at(unix, at).is_ok() {
                 self.wall_from_kvmclock.store(true, Ordering::Release);
             }
         }

@@ -21,7 +21,7 @@
 
 use super::watchdog::State;
 use super::Clock;
-use crate::{Note, SourceId, WatchdogEvent};
+use crate::{SourceId, WatchdogEvent};
 use clockhal_core::{Bracketed, ClockSource, CounterDomain, Scale};
 use clockhal_tsc::{refined_rate, RateProvenance, RefineError, Unusable, REFINED_TARGET_PPM};
 use clockhal_x86::Hardware;
@@ -83,10 +83,11 @@ impl<H: Hardware + Clone> Clock<H> {
         st.refine = None;
         self.tsc_scale.call_once(|| Scale::new(tsc.frequency()));
         {
+            let note = self.tsc_note(tsc);
             let mut report = self.report.lock();
             if let Some(c) = report.get_mut(SourceId::Tsc) {
                 c.set_descriptor(tsc.descriptor());
-                c.note = Note::of_tsc(tsc);
+                c.note = note;
             }
         }
         // The members' rates changed: a new baseline for the comparison.

@@ -35,7 +35,17 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn unforce(&self) {
         self.forced.store(false, Ordering::Release);
-        self.reselect();
+        self.locked(|_| {
+            self.reselect_held();
+            // A supervised TSC that stays current is supervised again.
+            let cur = self.source_id();
+            if !self.supervised() && self.is_supervised(cur) && self.has_watchdog_reference(cur) {
+                let now = self.now_ns();
+                let timeout = self.settings.supervision_timeout.as_nanos();
+                self.deadline
+                    .store(now.saturating_add(timeout), Ordering::Release);
+            }
+        });
     }
 
     /// Marks `id` demoted in the live report.

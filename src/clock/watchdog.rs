@@ -525,6 +525,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// The tick came (the interval only was skipped): a supervised TSC
     /// stays current as long as ticks arrive.
     fn renew_supervision(&self, st: &mut State) {
+        // (Not for a forced source, nor one with nothing to supervise it.)
         if self.supervised() {
             let now = self.trusted_now(st);
             self.deadline.store(
