@@ -397,6 +397,12 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
         let was = self.state.cancel().is_some();
         self.cur().device.cancel();
         self.expect_by.store(NONE, Relaxed);
+        // An arm that landed after the disarm (an interrupt inside this
+        // call, another CPU) may have programmed the device before the
+        // cancel above wiped it: its deadline is programmed again.
+        if self.state.deadline().is_some() {
+            let _ = self.program_current();
+        }
         was
     }
 
@@ -593,17 +599,37 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
             }
             TimerMode::AbsoluteCounter => {
                 let target = tsc::tsc_for(self.clock, deadline).ok_or(TimerError::NoMap)?;
-                match slot.device.program_at(target) {
-                    Ok(()) => {
-                        self.target.store(target, Relaxed);
-                        self.expect_by.store(deadline.max(now), Relaxed);
-                        Ok(())
-                    }
-                    Err(e) => {
-                        self.expect_by.store(NONE, Relaxed);
-                        Err(e)
+                let (mut min, max) = (slot.desc.min_delta_ticks, slot.desc.max_delta_ticks);
+                for _ in 0..IN_PAST_RETRIES {
+                    // Within the device's reach of the counter now (a piece
+                    // beyond it: the interrupt re-arms), and at least its
+                    // shortest distance ahead (a due deadline fires at once).
+                    let counter = self.clock.stamp().tsc();
+                    let hi = counter.saturating_add(max);
+                    let at = target.max(counter.saturating_add(min)).min(hi);
+                    match slot.device.program_at(at) {
+                        Ok(()) => {
+                            self.target.store(at, Relaxed);
+                            let fires = if at < target {
+                                tsc::instant_of(self.clock, at).unwrap_or(deadline)
+                            } else {
+                                deadline
+                            };
+                            self.expect_by.store(fires.max(now), Relaxed);
+                            return Ok(());
+                        }
+                        Err(TimerError::InPast) => {
+                            self.in_past.fetch_add(1, Relaxed);
+                            min = min.max(1).saturating_mul(2).min(max);
+                        }
+                        Err(e) => {
+                            self.expect_by.store(NONE, Relaxed);
+                            return Err(e);
+                        }
                     }
                 }
+                self.expect_by.store(NONE, Relaxed);
+                Err(TimerError::InPast)
             }
         }
     }

@@ -6,6 +6,13 @@
 use crate::{Clock, Stamp};
 use clockhal_x86::Hardware;
 
+/// The clock instant (ns) a TSC value maps to through the calling CPU's
+/// current map; `None` without one or beyond its window.
+pub(super) fn instant_of<H: Hardware + Clone>(clock: &Clock<H>, tsc: u64) -> Option<u64> {
+    let conv = clock.stamp_converter()?;
+    conv.instant(Stamp::from_tsc(tsc)).map(|i| i.as_nanos())
+}
+
 /// The least TSC value at or after the current one whose instant on the
 /// clock (through the current map) is `>= deadline_ns`; the current TSC
 /// when the deadline has passed; the farthest value the map covers when
