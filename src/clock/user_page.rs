@@ -52,7 +52,11 @@
 //! publication's floor is capped at a kernel reading taken after the page
 //! was opened (`PageUpdate::publish_at_most`), so user time starts the new
 //! state at or below the kernel's, and a program's stateless readings may
-//! step back to it (a `ClockReader` keeps its own last value).
+//! step back to it (a `ClockReader` keeps its own last value). Likewise a
+//! host correction back that the kernel accepts (up to
+//! `UpdateBounds::max_backward_ns`; the kernel's floor holds its own
+//! time): the page keeps mapping the raw area, and stateless user
+//! readings step back with it.
 
 use super::Clock;
 use crate::probe::PageExport;

@@ -147,9 +147,12 @@ pub struct Reading {
 /// Stateless (`Copy`, `Sync`): every reading is consistent (never torn) and
 /// at least the page's floor, and readings taken one after the other on any
 /// threads never decrease while the kernel's source is consistent across
-/// CPUs (which the kernel only publishes for such sources). Wrap it in a
-/// [`ClockReader`] for readings that never decrease whatever the hardware
-/// does.
+/// CPUs (which the kernel only publishes for such sources) and its host
+/// does not step it back: a correction back that the kernel accepts (up to
+/// a millisecond, `clockhal_core::UpdateBounds::max_backward_ns`; the
+/// kernel's own floor holds its time) shows here as that step back, until
+/// the kernel publishes again. Wrap it in a [`ClockReader`] for readings
+/// that never decrease whatever the hardware does.
 #[derive(Clone, Copy, Debug)]
 pub struct UserClock<'a> {
     page: &'a ClockPage,
