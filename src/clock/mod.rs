@@ -208,6 +208,9 @@ pub struct Clock<H: Hardware + Clone> {
     pub(crate) clock_page: Option<clockhal_user::ClockPageWriter<'static>>,
     /// The next page publication follows a restore.
     pub(crate) page_restored: AtomicBool,
+    /// A restore is under way (`resume`, `resume_this_cpu` since): the next
+    /// watchdog tick forgives the host faults counted up to it.
+    pub(crate) restoring: AtomicBool,
     /// A backend withdrew a promise since the last page publication.
     pub(crate) page_stale: AtomicBool,
     /// A publication was asked for while the watchdog lock was held
@@ -345,6 +348,7 @@ impl<H: Hardware + Clone> Clock<H> {
             reclamp: AtomicBool::new(false),
             clock_page,
             page_restored: AtomicBool::new(false),
+            restoring: AtomicBool::new(false),
             page_stale: AtomicBool::new(false),
             publish_requested: AtomicBool::new(false),
             gap_witness: gap_witness::GapWitness::new(),
@@ -866,8 +870,9 @@ impl<H: Hardware + Clone> Clock<H> {
     ///
     /// Until the last CPU has resumed, reads on CPUs that have not may find
     /// their area discontinuous with the restored host's timeline (and are
-    /// not used): such findings up to this call are the restore's, not a
-    /// faulty host's, and do not demote the source.
+    /// not used): such findings up to this call, and up to the next
+    /// [`watchdog_tick`](Self::watchdog_tick) after it, are the restore's,
+    /// not a faulty host's, and do not demote the source.
     ///
     /// The CPU's steal-time area is registered with the restored host again
     /// (its steal continues from the value before the restore).
@@ -875,13 +880,36 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Interrupt-safe: no (writes MSRs, takes the watchdog lock).
     pub fn resume_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
+        let cur = self.source_id();
+        let mut current_failed = false;
         self.backends.each(|b| {
-            if let (Err(e), true) = (b.resume_this_cpu(), first.is_ok()) {
-                first = Err(e);
+            if let Err(e) = b.resume_this_cpu() {
+                let mut s: crate::candidate::Sources<'_> = [None; crate::MAX_CANDIDATES];
+                b.sources(&mut s);
+                current_failed |= s[cur.index()].is_some();
+                if first.is_ok() {
+                    first = Err(e);
+                }
             }
         });
         self.follow_backend_epochs();
-        self.locked(|st| self.forgive_host_faults(st));
+        self.locked(|st| {
+            self.forgive_host_faults(st);
+            // The restored host refused this CPU's re-registration (an
+            // unusable first area): the current source no longer serves it,
+            // and its reads would hold for good. The next best takes over.
+            if current_failed && self.source_id() == cur && self.usable_now(cur) {
+                let reason = crate::Demotion::HostFaults { count: 1 };
+                if self.demote_and_switch(st, cur, reason).is_some() {
+                    st.core = None;
+                }
+            }
+        });
+        // A read on another CPU that began before this one re-registered
+        // may still judge the restore as the host's fault after it (a
+        // first map against a baseline from before): the next tick
+        // forgives what was counted up to it.
+        self.restoring.store(true, Ordering::Release);
         match (first, self.steal.resume_this_cpu(|| self.now_ns())) {
             (Ok(()), Err(e)) => Err(e),
             (first, _) => first,

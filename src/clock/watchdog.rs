@@ -282,6 +282,10 @@ impl<H: Hardware + Clone> Clock<H> {
         if self.page_stale.load(Ordering::Acquire) {
             self.publish_page();
         }
+        if self.restoring.swap(false, Ordering::AcqRel) {
+            // The restore's findings, up to this tick (`resume_this_cpu`).
+            self.forgive_host_faults(st);
+        }
         // Host faults the backends counted since the last tick.
         if let Some(e) = self.judge_host_faults(st) {
             return e;
