@@ -392,13 +392,16 @@ fn rate_check(report: &mut Report, sources: &Sources<'_>, cfg: &SelfCheck) {
     // a third independent rate (its 1.193182 MHz is the specification's)
     // decides between two device counters that disagree.
     let eligible = |id: SourceId| report.get(id).is_some_and(|c| c.is_eligible());
-    let between_two = eligible(SourceId::Hpet) && eligible(SourceId::AcpiPm);
+    let (hpet, pm) = (eligible(SourceId::Hpet), eligible(SourceId::AcpiPm));
+    // The PIT decides where two rates alone could not: an HPET against a
+    // PM timer, or the TSC against the one device counter.
+    let tsc = eligible(SourceId::Tsc) || eligible(SourceId::Extra);
+    let undecided = (hpet && pm) || (tsc && hpet != pm);
     let mut ids = [SourceId::Extra; MAX_CANDIDATES];
     let mut n = 0;
     for c in report.ranked() {
-        // Only where it can decide: an HPET and a PM timer both measured.
-        let witness =
-            between_two && c.id == SourceId::Pit && matches!(c.verdict, Verdict::Usable(_));
+        // Only where it can decide (`undecided`).
+        let witness = undecided && c.id == SourceId::Pit && matches!(c.verdict, Verdict::Usable(_));
         if (c.is_eligible() || witness) && sources[c.id.index()].is_some() {
             ids[n] = c.id;
             n += 1;

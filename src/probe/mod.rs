@@ -536,10 +536,14 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
     }
     // The PIT only where the TSC would otherwise have no rate (no stated
     // rate — CPUID, hypervisor, OS —, no HPET, no PM timer, no OS
-    // reference), or as the self-check's third witness where the TSC is
-    // calibrated and both an HPET and a PM timer could disagree about it.
+    // reference), or as the self-check's third witness: where the TSC is
+    // calibrated and both an HPET and a PM timer could disagree about it,
+    // and where a stated TSC rate and the one device counter could (a
+    // broken HPET period register, a fast PM timer, a CPUID rate a
+    // migration made stale: two alone cannot tell which is wrong).
     let stated = hints.has_stated_rate(cx.hw) || cx.platform.tsc_reference.is_some();
-    let pit_needed = !stated && hpet.is_some() == acpi_pm.is_some();
+    let one_device = hpet.is_some() != acpi_pm.is_some();
+    let pit_needed = if stated { one_device } else { !one_device };
     let pit = pit::probe(&mut cx, pit_needed);
     // The references' and the self-check's reads go through `Counted`:
     // the report's trapping-read tally (`ProbeCost`).
