@@ -463,6 +463,9 @@ impl ReadState<'_> {
             return self.hold(hw, cpu);
         }
         let offset = owner.offset(epoch);
+        // Everything returned before this sample (taken before it: an
+        // ordered source's readings after it are not below it).
+        let high = self.high_water();
         let returned = self.returned_by(offset);
         let mut cpu = cpu;
         let mut sampled = Err(MapMiss::Busy);
@@ -482,7 +485,14 @@ impl ReadState<'_> {
                 if v > BEFORE_ZERO {
                     return self.before_zero(hw, owner, cpu, now.ordered, v);
                 }
-                if !now.ordered {
+                // An ordered source behind a value returned before this
+                // sample (a host's step back that its judge accepted, the
+                // Hyper-V page's rounding at a republish): this CPU's floor
+                // alone would let another CPU's reading fall below what
+                // this one returned, so its readings go through the clamp,
+                // above every floor, until a later sample finds it caught up.
+                let ordered = now.ordered && v >= high;
+                if !ordered {
                     self.absorb_floors();
                 }
                 if !owner.plausible(v, false) {
@@ -490,7 +500,7 @@ impl ReadState<'_> {
                     return self.hold(hw, cpu);
                 }
                 if let (true, Some(slot)) = (owner.current(epoch), slot) {
-                    let ordered_bit = if now.ordered { SlotEntry::ORDERED } else { 0 };
+                    let ordered_bit = if ordered { SlotEntry::ORDERED } else { 0 };
                     slot.store(&SlotEntry {
                         tag: now.tag,
                         epoch: epoch | ordered_bit,
@@ -499,7 +509,7 @@ impl ReadState<'_> {
                         limit: owner.limit(v),
                     });
                 }
-                (v, now.ordered)
+                (v, ordered)
             }
             Err(miss) => match src.fallback_ns(cpu) {
                 Some(ns) => {

@@ -569,9 +569,9 @@ impl<H: Hardware> Kvmclock<H> {
             let Ok(s) = Sample::take(area, rdtsc) else {
                 continue;
             };
-            if s.flags & PVCLOCK_TSC_STABLE_BIT == 0 {
-                continue;
-            }
+            // An area without the bit is compared too: its readings go
+            // through the clamp while the stable ones do not, so one that
+            // runs ahead would put the stable CPUs behind what it returned.
             let Some(m) = s.map() else {
                 continue;
             };
