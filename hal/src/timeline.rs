@@ -361,6 +361,15 @@ pub trait TimelineOwner {
     }
 }
 
+/// The owner's `high` (owner ns = source ns + `offset`) in the source's
+/// nanoseconds; `None` for 0 (nothing returned) or before the source's
+/// start.
+#[inline]
+fn source_ns_of(high: u64, offset: u64) -> Option<u64> {
+    let v = high.wrapping_sub(offset);
+    (high != 0 && v <= BEFORE_ZERO).then_some(v)
+}
+
 /// The read state of one timeline: its per-CPU slots and its clamp.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadState<'a> {
@@ -388,9 +397,7 @@ impl ReadState<'_> {
     /// Interrupt-safe: yes.
     #[inline]
     pub fn returned_by(self, offset: u64) -> Option<u64> {
-        let high = self.high_water();
-        let v = high.wrapping_sub(offset);
-        (high != 0 && v <= BEFORE_ZERO).then_some(v)
+        source_ns_of(self.high_water(), offset)
     }
 
     /// Raises `ns` to the floors that apply: this CPU's always, and the
@@ -466,7 +473,7 @@ impl ReadState<'_> {
         // Everything returned before this sample (taken before it: an
         // ordered source's readings after it are not below it).
         let high = self.high_water();
-        let returned = self.returned_by(offset);
+        let returned = source_ns_of(high, offset);
         let mut cpu = cpu;
         let mut sampled = Err(MapMiss::Busy);
         // A migration mid-sample is retried on the new CPU, a few times.
