@@ -690,10 +690,14 @@ impl<H: Hardware + Clone> Clock<H> {
     pub fn register_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         let mut tsc_bad = self.more_cpus_than_said();
+        let cur = self.source_id();
+        let mut current_refused = false;
         self.backends.each(|b| {
             if let Err(e) = b.register_this_cpu() {
                 if matches!(e, CpuError::TscAdjust { .. }) {
                     tsc_bad = true;
+                } else {
+                    current_refused |= provides(b, cur);
                 }
                 if first.is_ok() {
                     first = Err(e);
@@ -702,6 +706,9 @@ impl<H: Hardware + Clone> Clock<H> {
         });
         if tsc_bad {
             self.tsc_sync_changed();
+        }
+        if current_refused {
+            self.locked(|st| self.demote_refused(st, cur));
         }
         self.follow_backend_epochs();
         self.republish_if_stale();
@@ -714,6 +721,18 @@ impl<H: Hardware + Clone> Clock<H> {
         match (first, self.steal.register_this_cpu(|| self.now_ns())) {
             (Ok(()), Err(e)) => Err(e),
             (first, _) => first,
+        }
+    }
+
+    /// The current source `cur`'s backend refused this CPU (a host's
+    /// unusable first area, no area for its index): the source serves no
+    /// reads here, which would hold for good, so the next best takes over.
+    fn demote_refused(&self, st: &mut watchdog::State, cur: SourceId) {
+        if self.source_id() == cur && self.usable_now(cur) {
+            let reason = crate::Demotion::HostFaults { count: 1 };
+            if self.demote_and_switch(st, cur, reason).is_some() {
+                st.core = None;
+            }
         }
     }
 
@@ -881,12 +900,10 @@ impl<H: Hardware + Clone> Clock<H> {
     pub fn resume_this_cpu(&self) -> Result<(), CpuError> {
         let mut first = Ok(());
         let cur = self.source_id();
-        let mut current_failed = false;
+        let mut current_refused = false;
         self.backends.each(|b| {
             if let Err(e) = b.resume_this_cpu() {
-                let mut s: crate::candidate::Sources<'_> = [None; crate::MAX_CANDIDATES];
-                b.sources(&mut s);
-                current_failed |= s[cur.index()].is_some();
+                current_refused |= provides(b, cur);
                 if first.is_ok() {
                     first = Err(e);
                 }
@@ -895,14 +912,8 @@ impl<H: Hardware + Clone> Clock<H> {
         self.follow_backend_epochs();
         self.locked(|st| {
             self.forgive_host_faults(st);
-            // The restored host refused this CPU's re-registration (an
-            // unusable first area): the current source no longer serves it,
-            // and its reads would hold for good. The next best takes over.
-            if current_failed && self.source_id() == cur && self.usable_now(cur) {
-                let reason = crate::Demotion::HostFaults { count: 1 };
-                if self.demote_and_switch(st, cur, reason).is_some() {
-                    st.core = None;
-                }
+            if current_refused {
+                self.demote_refused(st, cur);
             }
         });
         // A read on another CPU that began before this one re-registered
@@ -1075,4 +1086,11 @@ impl<H: Hardware + Clone> defmt::Format for Clock<H> {
             self.switches()
         )
     }
+}
+
+/// Whether backend `b` provides source `id`.
+fn provides(b: &dyn crate::probe::Backend, id: SourceId) -> bool {
+    let mut s: crate::candidate::Sources<'_> = [None; crate::MAX_CANDIDATES];
+    b.sources(&mut s);
+    s[id.index()].is_some()
 }
