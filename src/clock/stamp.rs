@@ -135,12 +135,23 @@ impl<H: Hardware + Clone> Clock<H> {
     /// current source's map as validated now. `None` when the current
     /// source is not TSC-based, this CPU has no valid map (an unregistered
     /// kvmclock CPU, a Hyper-V page the host disabled, a rejected update),
-    /// the source reads below the clock's timeline here, a switch is in
-    /// progress, or the map's reading now jumps further than the clock's
-    /// reference explains (then the source is demoted, as `now()` would
-    /// demote it).
+    /// the source reads below the clock's timeline here (before its start,
+    /// or below what the clock already returned: a host's step back that
+    /// `now()` holds at its floors until the source catches up, up to
+    /// `UpdateBounds::max_backward_ns`; a stamp taken after a `now()` would
+    /// convert below it), a switch is in progress, or the map's reading
+    /// now jumps further than the clock's reference explains (then the
+    /// source is demoted, as `now()` would demote it).
     /// Interrupt-safe: yes.
     pub fn stamp_converter(&self) -> Option<StampConverter> {
+        self.converter(true)
+    }
+
+    /// [`stamp_converter`](Self::stamp_converter); with `not_behind`
+    /// false also while the source reads below what the clock returned
+    /// (a TSC-deadline conversion: `now()`'s floors can make such a timer
+    /// only late, never early).
+    pub(crate) fn converter(&self, not_behind: bool) -> Option<StampConverter> {
         // A switch racing the build is retried a few times (bounded).
         for _ in 0..3 {
             let st = self.state.load(Acquire);
@@ -151,7 +162,8 @@ impl<H: Hardware + Clone> Clock<H> {
             }
             let id = SourceId::from_index((st & ID_MASK) as usize)?;
             let cpu = self.hw.cpu_index();
-            let built = self.converter_of(Some(self.backends.tsc_source(id)?), id, cpu);
+            let src = self.backends.tsc_source(id)?;
+            let built = self.converter_of(Some(src), id, cpu, not_behind);
             if self.state.load(Acquire) == st {
                 return built;
             }
@@ -172,8 +184,11 @@ impl<H: Hardware + Clone> Clock<H> {
         m: Option<&M>,
         id: SourceId,
         cpu: usize,
+        not_behind: bool,
     ) -> Option<StampConverter> {
         let offset = self.offsets[id.index()].load(Acquire);
+        // Everything returned before the sample (as the read loop takes it).
+        let high = self.read_state().high_water();
         let now = self
             .map_now_of(m?, id, cpu, self.returned_by(offset))
             .ok()?;
@@ -183,7 +198,7 @@ impl<H: Hardware + Clone> Clock<H> {
         // update that jumps further than the reference explains (`now()`
         // refuses it and demotes the source; so does this).
         let v = map.apply(now.tsc);
-        if v > BEFORE_ZERO || !self.plausible(v) {
+        if v > BEFORE_ZERO || (not_behind && v < high) || !self.plausible(v) {
             return None;
         }
         StampConverter::new(id, map, now.tsc)

@@ -543,7 +543,7 @@ impl<'a, H: Hardware + Clone> Timer<'a, H> {
         if target == NONE {
             return false;
         }
-        let Some(conv) = self.clock.stamp_converter() else {
+        let Some(conv) = self.clock.converter(false) else {
             return false;
         };
         conv.instant(crate::Stamp::from_tsc(target))

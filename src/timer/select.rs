@@ -128,7 +128,7 @@ pub(super) fn rejection<H: Hardware + Clone>(
     }
     match desc.mode {
         TimerMode::Delta if rate.is_none() => Some(TimerRejection::NoRate),
-        TimerMode::AbsoluteCounter if clock.stamp_converter().is_none() => {
+        TimerMode::AbsoluteCounter if clock.converter(false).is_none() => {
             Some(TimerRejection::NoTscMap)
         }
         _ => None,

@@ -9,7 +9,7 @@ use clockhal_x86::Hardware;
 /// The clock instant (ns) a TSC value maps to through the calling CPU's
 /// current map; `None` without one or beyond its window.
 pub(super) fn instant_of<H: Hardware + Clone>(clock: &Clock<H>, tsc: u64) -> Option<u64> {
-    let conv = clock.stamp_converter()?;
+    let conv = clock.converter(false)?;
     conv.instant(Stamp::from_tsc(tsc)).map(|i| i.as_nanos())
 }
 
@@ -22,7 +22,7 @@ pub(super) fn instant_of<H: Hardware + Clone>(clock: &Clock<H>, tsc: u64) -> Opt
 /// Pure arithmetic on a map validated once: a gallop and a bisection,
 /// at most 128 multiplies, no lock.
 pub(super) fn tsc_for<H: Hardware + Clone>(clock: &Clock<H>, deadline_ns: u64) -> Option<u64> {
-    let conv = clock.stamp_converter()?;
+    let conv = clock.converter(false)?;
     let now = clock.stamp().tsc();
     let at = |t: u64| conv.instant(Stamp::from_tsc(t)).map(|i| i.as_nanos());
     if at(now)? >= deadline_ns {
