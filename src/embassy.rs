@@ -19,6 +19,12 @@
 //!   queue and arms the timer for the queue's earliest expiry, converted
 //!   to clock nanoseconds rounded **up**; the timer never reports a
 //!   deadline before `now()` reaches it, so no waker is woken early.
+//! - A deadline the timer cannot program (it answers
+//!   [`TimerError::InPast`] to every attempt: a device whose shortest
+//!   count lies beyond it, nothing moving the clock meanwhile) stays armed
+//!   but produces no interrupt: call [`ClockhalDriver::check_overdue`]
+//!   from the OS's watchdog tick (as [`Timer::check_overdue`] is), which
+//!   wakes what became due and programs the timer again.
 //! - The queue is behind a `critical_section::Mutex`. **Who provides
 //!   `critical-section`**: the OS, with `critical_section::set_impl!` (on
 //!   x86 bare metal: save RFLAGS, `cli`, restore; on SMP also a spin lock),
@@ -54,6 +60,10 @@ pub trait DriverTimer: Sync {
     /// The timer's interrupt entry.
     /// Interrupt-safe: yes.
     fn on_interrupt(&self) -> TimerEvent;
+    /// The timer's distrust check ([`Timer::check_overdue`]): an armed
+    /// deadline nothing delivered is programmed again. Default: nothing.
+    /// Interrupt-safe: yes.
+    fn check_overdue(&self) {}
 }
 
 impl<H: Hardware + Clone + Sync> DriverTimer for Timer<'_, H>
@@ -71,6 +81,9 @@ where
     }
     fn on_interrupt(&self) -> TimerEvent {
         Timer::on_interrupt(self)
+    }
+    fn check_overdue(&self) {
+        let _ = Timer::check_overdue(self);
     }
 }
 
@@ -161,6 +174,18 @@ impl ClockhalDriver {
             critical_section::with(|cs| self.set_alarm(*t, &mut self.queue.borrow_ref_mut(cs)));
         }
         ev
+    }
+
+    /// For the OS's watchdog tick: the timer's overdue check, then every
+    /// waker that became due is woken and the timer armed for the next
+    /// expiry (a deadline the timer could not program, a lost interrupt).
+    /// Interrupt-safe: yes (the critical section masks interrupts).
+    pub fn check_overdue(&self) {
+        let Some(t) = self.timer.get() else {
+            return;
+        };
+        t.check_overdue();
+        critical_section::with(|cs| self.set_alarm(*t, &mut self.queue.borrow_ref_mut(cs)));
     }
 
     /// Wakes what is due and arms the timer for the earliest remaining
