@@ -85,10 +85,12 @@ impl SourceId {
         }
     }
 
-    /// Whether this source's rate is *estimated* by clockhal (TSC hints and
-    /// calibration, or an OS-supplied source of unknown provenance) rather
-    /// than fixed by a hardware or hypervisor ABI. When two candidates
-    /// disagree and nobody else can arbitrate, the estimated one loses.
+    /// Whether this source's rate is the weaker word in a two-way
+    /// disagreement that nobody else can arbitrate (then it loses): the
+    /// TSC's, calibrated or stated (under a hypervisor CPUID is the VMM's
+    /// word, and a migration changes the TSC's rate under a stated one),
+    /// and an OS-supplied source's, of unknown provenance; not a device
+    /// counter's, whose rate a hardware ABI fixes.
     /// Interrupt-safe: yes.
     pub const fn rate_is_estimated(self) -> bool {
         matches!(self, SourceId::Tsc | SourceId::Extra)

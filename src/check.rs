@@ -21,10 +21,11 @@
 //! two domains agree among themselves is demoted. The PIT, where it was
 //! probed as a calibration reference (no stated TSC rate, both an HPET and
 //! a PM timer), is measured as a witness: with it, two device counters
-//! that disagree are decided by the majority. With only two candidates that
-//! disagree, the one whose rate clockhal estimated (the TSC, an OS-supplied
-//! source) loses; otherwise nobody is demoted and the run-time watchdog has
-//! the last word. The vote is [`clockhal_core::consensus::decide`], the
+//! that disagree are decided by the majority; so, where the TSC has a
+//! stated rate and there is one device counter, are the two. With only two
+//! candidates that disagree, the TSC (calibrated or stated) or an
+//! OS-supplied source loses ([`SourceId::rate_is_estimated`]); otherwise
+//! nobody is demoted and the run-time watchdog has the last word. The vote is [`clockhal_core::consensus::decide`], the
 //! watchdog's own rule.
 
 use crate::candidate::Sources;
