@@ -176,7 +176,7 @@ pub use candidate::{Candidate, Demotion, Note, Rejection, SourceId, Verdict, MAX
 pub use check::SelfCheck;
 pub use clock::{
     Clock, CpuError, NoClock, NoClockReason, Stamp, StampConverter, WatchdogEvent,
-    MAX_READMISSIONS, READMIT_ROUNDS, STUCK_READS, SWITCH_MARGIN_NS,
+    MAX_READMISSIONS, READMIT_ROUNDS, STAMP_AGREEMENT_NS, STUCK_READS, SWITCH_MARGIN_NS,
 };
 #[cfg(feature = "embedded-hal")]
 pub use delay::Delay;

@@ -15,7 +15,7 @@ mod user_page;
 mod watchdog;
 
 pub use readmit::{MAX_READMISSIONS, READMIT_ROUNDS};
-pub use stamp::{Stamp, StampConverter};
+pub use stamp::{Stamp, StampConverter, STAMP_AGREEMENT_NS};
 pub use watchdog::WatchdogEvent;
 
 pub use crate::cpu_error::CpuError;

@@ -90,6 +90,12 @@ impl StampConverter {
     }
 }
 
+/// How far an ordered source's map may read below what the clock returned
+/// and still convert stamps: the cross-CPU agreement such a source is held
+/// to (`kvmclock::STABLE_AGREEMENT_NS`), so that CPUs whose TSCs differ by
+/// that much still get converters.
+pub const STAMP_AGREEMENT_NS: u64 = 1_000;
+
 impl<H: Hardware + Clone> Clock<H> {
     /// A raw TSC reading for tracing: one *unordered* `rdtsc`, about a
     /// third of [`now`](Self::now)'s cost (`cargo run -p clockhal-bench
@@ -136,7 +142,8 @@ impl<H: Hardware + Clone> Clock<H> {
     /// source is not TSC-based, this CPU has no valid map (an unregistered
     /// kvmclock CPU, a Hyper-V page the host disabled, a rejected update),
     /// the source reads below the clock's timeline here (before its start,
-    /// or below what the clock already returned: a host's step back that
+    /// or, for a source ordered across CPUs, more than [`STAMP_AGREEMENT_NS`]
+    /// below what the clock already returned: a host's step back that
     /// `now()` holds at its floors until the source catches up, up to
     /// `UpdateBounds::max_backward_ns`; a stamp taken after a `now()` would
     /// convert below it), a switch is in progress, or the map's reading
@@ -198,7 +205,12 @@ impl<H: Hardware + Clone> Clock<H> {
         // update that jumps further than the reference explains (`now()`
         // refuses it and demotes the source; so does this).
         let v = map.apply(now.tsc);
-        if v > BEFORE_ZERO || (not_behind && v < high) || !self.plausible(v) {
+        // Behind: an ordered source more than the CPUs' agreement below what
+        // any CPU returned. (An unordered one is read through the clamp,
+        // which another CPU's lead may keep above this CPU's map for good:
+        // its stamps carry no floor, as `stamp` says.)
+        let behind = now.ordered && v.saturating_add(STAMP_AGREEMENT_NS) < high;
+        if v > BEFORE_ZERO || (not_behind && behind) || !self.plausible(v) {
             return None;
         }
         StampConverter::new(id, map, now.tsc)
