@@ -730,7 +730,9 @@ impl<H: Hardware + Clone> Clock<H> {
     fn demote_refused(&self, st: &mut watchdog::State, cur: SourceId) {
         if self.source_id() == cur && self.usable_now(cur) {
             let reason = crate::Demotion::HostFaults { count: 1 };
-            if self.demote_and_switch(st, cur, reason).is_some() {
+            // Its reading here would be a held one: the time since the
+            // last one returned anywhere comes from the anchor's counter.
+            if self.demote_and_switch_from(st, cur, reason, true).is_some() {
                 st.core = None;
             }
         }

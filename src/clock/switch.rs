@@ -70,14 +70,27 @@ impl<H: Hardware + Clone> Clock<H> {
         id: SourceId,
         reason: Demotion,
     ) -> Option<SourceId> {
+        let no_reading = matches!(reason, Demotion::Jumped { .. });
+        self.demote_and_switch_from(st, id, reason, no_reading)
+    }
+
+    /// [`demote_and_switch`](Self::demote_and_switch); `no_reading`: the
+    /// old source's reading here is no evidence of the time (it jumped, or
+    /// it serves no reads on this CPU and would give a held value).
+    pub(super) fn demote_and_switch_from(
+        &self,
+        st: &State,
+        id: SourceId,
+        reason: Demotion,
+        no_reading: bool,
+    ) -> Option<SourceId> {
         self.demote(id, reason);
         if self.forced.load(Ordering::Acquire) {
             return None;
         }
         let to = self.best_counting(id)?;
-        if let Demotion::Jumped { .. } = reason {
-            // A reading that jumped is no evidence of the time: the new
-            // source starts from what the floors and the anchor's
+        if no_reading {
+            // The new source starts from what the floors and the anchor's
             // independent counter say.
             let start = self.trusted_now(st).saturating_add(SWITCH_MARGIN_NS);
             self.start_source(to, start);
