@@ -22,6 +22,7 @@ impl<H: Hardware + Clone> Clock<H> {
         if self.scale_of(id.index()).is_none() || self.backends.source(id).is_none() {
             return Err(crate::Rejection::NotConfigured("source not constructed"));
         }
+        self.read_before_switch();
         self.locked(|_| {
             self.forced.store(true, Ordering::Release);
             self.switch_to(id);
@@ -35,6 +36,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// Interrupt-safe: no (waits for the watchdog lock).
     pub fn unforce(&self) {
         self.forced.store(false, Ordering::Release);
+        self.read_before_switch();
         self.locked(|_| {
             self.reselect_held();
             // A supervised TSC that stays current is supervised again.
@@ -137,6 +139,15 @@ impl<H: Hardware + Clone> Clock<H> {
     /// eligible source is not the current one.
     pub(crate) fn reselect(&self) {
         self.locked(|_| self.reselect_held());
+    }
+
+    /// A reading before taking the lock for a switch: after an idle longer
+    /// than `max_jump` it is above the jump check's ceiling, which only
+    /// the check can raise, and the check cannot run under the lock the
+    /// switch holds (the switch's own reading would hold, and the idle be
+    /// lost). Read here, the check runs and the ceiling moves.
+    fn read_before_switch(&self) {
+        let _ = self.now_ns();
     }
 
     /// [`reselect`](Self::reselect) with the watchdog lock held.
