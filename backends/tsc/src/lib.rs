@@ -397,11 +397,13 @@ impl<H: Hardware> Tsc<H> {
         !self.invariant && self.unusable().is_none()
     }
 
-    /// In step across CPUs: one CPU, or a conclusive warp test.
+    /// In step across CPUs: one CPU, or a conclusive warp test. "Single
+    /// CPU" stops being evidence once another CPU showed up.
     fn in_step(&self) -> bool {
         let sync = self.sync();
-        self.cpu_count() <= 1 && !matches!(sync, SyncStatus::Unsynchronized { .. })
-            || sync.in_step()
+        let one_cpu = self.cpu_count() <= 1;
+        one_cpu && !matches!(sync, SyncStatus::Unsynchronized { .. })
+            || matches!(sync, SyncStatus::Synchronized)
     }
 
     /// The CPUs the sync rule counts: as stated, but at least 2 once
