@@ -629,14 +629,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// current (not a PIT then: it is never a member while another source
     /// is current, `watchdog::can_be_member`).
     fn has_watchdog_reference(&self, id: SourceId) -> bool {
-        let own = self.backends.domain(id);
-        self.report.lock().candidates().any(|c| {
-            c.id != id
-                && watchdog::can_be_member(c.id, id)
-                && self.backends.domain(c.id) != own
-                && matches!(c.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
-                && self.backends.source(c.id).is_some()
-        })
+        watchdog_reference_in(&self.report.lock(), &self.backends, id)
     }
 
     /// The TSC's report note as it stands now: a TSC that needs
@@ -644,18 +637,7 @@ impl<H: Hardware + Clone> Clock<H> {
     /// report's lock: not with it held.
     #[cfg(feature = "tsc")]
     pub(crate) fn tsc_note(&self, t: &clockhal_tsc::Tsc<H>) -> crate::Note {
-        let mut note = crate::Note::of_tsc(t);
-        if let crate::Note::Tsc {
-            supervised,
-            unwatched,
-            ..
-        } = &mut note
-        {
-            if *supervised && !self.has_watchdog_reference(SourceId::Tsc) {
-                (*supervised, *unwatched) = (false, true);
-            }
-        }
-        note
+        tsc_note_in(&self.report.lock(), &self.backends, t)
     }
 
     /// Whether `id` is a TSC that is correct only under supervision.
@@ -1095,4 +1077,44 @@ fn provides(b: &dyn crate::probe::Backend, id: SourceId) -> bool {
     let mut s: crate::candidate::Sources<'_> = [None; crate::MAX_CANDIDATES];
     b.sources(&mut s);
     s[id.index()].is_some()
+}
+
+/// Whether `report` has an independent counter the watchdog can supervise
+/// `id` with while it is current ([`Clock::has_watchdog_reference`]).
+fn watchdog_reference_in<H: Hardware + Clone>(
+    report: &Report,
+    backends: &crate::probe::Backends<H>,
+    id: SourceId,
+) -> bool {
+    let own = backends.domain(id);
+    report.candidates().any(|c| {
+        c.id != id
+            && watchdog::can_be_member(c.id, id)
+            && backends.domain(c.id) != own
+            && matches!(c.verdict, Verdict::Usable(d) if d.rating.auto_selectable())
+            && backends.source(c.id).is_some()
+    })
+}
+
+/// The TSC's report note as `report` stands: a TSC that needs supervision
+/// with no counter to supervise it with says so (the probe's report and
+/// the clock's alike).
+#[cfg(feature = "tsc")]
+pub(crate) fn tsc_note_in<H: Hardware + Clone>(
+    report: &Report,
+    backends: &crate::probe::Backends<H>,
+    t: &clockhal_tsc::Tsc<H>,
+) -> crate::Note {
+    let mut note = crate::Note::of_tsc(t);
+    if let crate::Note::Tsc {
+        supervised,
+        unwatched,
+        ..
+    } = &mut note
+    {
+        if *supervised && !watchdog_reference_in(report, backends, SourceId::Tsc) {
+            (*supervised, *unwatched) = (false, true);
+        }
+    }
+    note
 }

@@ -601,6 +601,15 @@ pub fn probe<H: Hardware + Clone>(hw: H, mut platform: Platform<'_>) -> Probed<H
     // Self-check, then selection.
     crate::check::run(&mut report, &checked, &platform.self_check);
     crate::select::reselect(&mut report, &checked);
+    #[cfg(feature = "tsc")]
+    if let Some(t) = &backends.tsc {
+        // As the clock will say: "supervised" only with something to
+        // supervise it with.
+        let note = crate::clock::tsc_note_in(&report, &backends, t);
+        if let Some(c) = report.get_mut(SourceId::Tsc) {
+            c.note = note;
+        }
+    }
     for id in SourceId::ALL {
         if let Some(c) = &counted[id.index()] {
             report.cost_mut().set_self_check(id, c.reads());
