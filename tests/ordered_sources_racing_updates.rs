@@ -59,7 +59,9 @@ fn honest_stable_kvmclock_updates_keep_cross_cpu_order() {
 #[test]
 fn honest_hyperv_republish_keeps_cross_cpu_order() {
     let m = leak(SimMachine::hyperv_config().with_cpus(4, &[]).build());
-    run(m, SourceId::HypervPage, 0, |m, _| {
+    // Each republish rounds the reference time to 100 ns: a step back the
+    // clamp takes over (README, known limits: 50 ns seen under load).
+    run(m, SourceId::HypervPage, 100, |m, _| {
         m.with_hyperv(|h, ctx| h.update_page(ctx));
     });
 }
